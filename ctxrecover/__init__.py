@@ -1,0 +1,1 @@
+"""ctxrecover: recover long LLM agent sessions without losing the conversation."""
