@@ -1,0 +1,219 @@
+"""Tool-call / tool-result pairing repair (SPEC §3.1).
+
+Pairing is positional and block-scoped, because providers reuse ids such as
+``web_fetch:0`` across turns: an assistant message with tool calls owns the
+run of ``tool`` messages after it, up to the next assistant message. Repair
+claims, for each call, the first unclaimed result of its own block, emits the
+results right after the call in call order (moving any interposed message
+after them), answers unanswered calls with a synthetic error result and
+removes results that no call claims.
+
+A valid history is returned unchanged — the very same list object — after an
+O(n) validation pass, so the common case costs one scan and no copies.
+
+>>> from ctxrecover.messages import Message, ToolCall
+>>> h = [Message.user("go"), Message.assistant(tool_calls=[ToolCall("a", "ls")])]
+>>> fixed, report = repair_pairing(h)
+>>> report.synthetic_results, fixed[-1].error_code
+(1, 'missing_result')
+>>> repair_pairing(fixed)[0] is fixed
+True
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ctxrecover.archive import Archive
+from ctxrecover.messages import Message, ToolCall
+
+__all__ = [
+    "MISSING_RESULT_CODE",
+    "MISSING_RESULT_TEXT",
+    "PairingReport",
+    "repair_pairing",
+    "validate_pairing",
+]
+
+MISSING_RESULT_TEXT = (
+    "[Tool result missing — the tool execution was interrupted or failed silently. "
+    "Do NOT retry this tool call. Analyze what went wrong and try a different approach.]"
+)
+MISSING_RESULT_CODE = "missing_result"
+
+
+@dataclass(frozen=True, slots=True)
+class PairingReport:
+    """What :func:`repair_pairing` changed.
+
+    ``archived_keys`` are the CCR keys of removed orphan results and pruned
+    calls (only when an archive was given), so nothing removed is lost.
+    """
+
+    synthetic_results: int = 0
+    relocated: int = 0
+    orphans_removed: int = 0
+    duplicate_calls_pruned: int = 0
+    empty_ids_pruned: int = 0
+    archived_keys: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        """True when the repair rewrote anything."""
+        return bool(
+            self.synthetic_results
+            or self.relocated
+            or self.orphans_removed
+            or self.duplicate_calls_pruned
+            or self.empty_ids_pruned
+        )
+
+
+def validate_pairing(history: list[Message]) -> bool:
+    """True when every call is answered exactly once, right after its assistant message.
+
+    One O(n) scan. Results adjacent to their call in any order are valid; calls
+    with empty or repeated ids (within one message), missing results, extra
+    results and ``tool`` messages not directly after their calls are not.
+    """
+    n = len(history)
+    i = 0
+    while i < n:
+        msg = history[i]
+        if msg.role == "tool":
+            return False
+        i += 1
+        if msg.role != "assistant" or not msg.tool_calls:
+            continue
+        pending = {call.id for call in msg.tool_calls}
+        if "" in pending or len(pending) != len(msg.tool_calls):
+            return False
+        while i < n and history[i].role == "tool":
+            call_id = history[i].tool_call_id
+            if call_id not in pending:
+                return False
+            pending.remove(call_id)
+            i += 1
+        if pending:
+            return False
+    return True
+
+
+def _synthetic_result(call: ToolCall) -> Message:
+    return Message.tool(
+        call.id, MISSING_RESULT_TEXT, name=call.name, is_error=True, error_code=MISSING_RESULT_CODE
+    )
+
+
+def _call_json(call: ToolCall) -> str:
+    return json.dumps({"id": call.id, "name": call.name, "arguments": call.arguments})
+
+
+class _Repair:
+    """Mutable tallies of one repair run (local to :func:`repair_pairing`)."""
+
+    def __init__(self, archive: Archive | None) -> None:
+        self.archive = archive
+        self.out: list[Message] = []
+        self.synthetic = self.relocated = self.orphans = self.duplicates = self.empty_ids = 0
+        self.keys: list[str] = []
+
+    def keep(self, content: str) -> None:
+        if self.archive is not None and content:
+            self.keys.append(self.archive.put(content))
+
+    def drop_orphan(self, msg: Message) -> None:
+        self.orphans += 1
+        self.keep(msg.content)
+
+    def prune_calls(self, msg: Message) -> Message:
+        calls: list[ToolCall] = []
+        seen: set[str] = set()
+        for call in msg.tool_calls:
+            if not call.id:
+                self.empty_ids += 1
+                self.keep(_call_json(call))
+            elif call.id in seen:
+                self.duplicates += 1
+                self.keep(_call_json(call))
+            else:
+                seen.add(call.id)
+                calls.append(call)
+        if len(calls) == len(msg.tool_calls):
+            return msg
+        return msg.replace(tool_calls=tuple(calls))
+
+    def block(self, owner: Message, region: list[Message]) -> None:
+        """Emit ``owner`` and its repaired block (``region`` = messages up to the next assistant)."""
+        owner = self.prune_calls(owner)
+        self.out.append(owner)
+        first_interposed = next((k for k, m in enumerate(region) if m.role != "tool"), len(region))
+        claimed: set[int] = set()
+        for call in owner.tool_calls:
+            found = next(
+                (
+                    k
+                    for k, m in enumerate(region)
+                    if m.role == "tool" and k not in claimed and m.tool_call_id == call.id
+                ),
+                None,
+            )
+            if found is None:
+                self.synthetic += 1
+                self.out.append(_synthetic_result(call))
+                continue
+            claimed.add(found)
+            if found > first_interposed:
+                self.relocated += 1
+            self.out.append(region[found])
+        for k, msg in enumerate(region):
+            if msg.role != "tool":
+                self.out.append(msg)
+            elif k not in claimed:
+                self.drop_orphan(msg)
+
+    def report(self) -> PairingReport:
+        return PairingReport(
+            synthetic_results=self.synthetic,
+            relocated=self.relocated,
+            orphans_removed=self.orphans,
+            duplicate_calls_pruned=self.duplicates,
+            empty_ids_pruned=self.empty_ids,
+            archived_keys=tuple(dict.fromkeys(self.keys)),
+        )
+
+
+def repair_pairing(
+    history: list[Message], *, archive: Archive | None = None
+) -> tuple[list[Message], PairingReport]:
+    """Make every tool call answered exactly once, right after its assistant message.
+
+    Returns ``history`` itself when it is already valid. Otherwise a new list:
+    calls with empty or duplicate ids (within one message) are pruned, each
+    call claims the first unclaimed result of its block (results behind an
+    interposed message are relocated before it), unanswered calls get a
+    synthetic ``missing_result`` error and unclaimed results are removed —
+    archived first when ``archive`` is given. Idempotent; the input is never
+    mutated.
+    """
+    if validate_pairing(history):
+        return history, PairingReport()
+    repair = _Repair(archive)
+    n = len(history)
+    i = 0
+    while i < n:
+        msg = history[i]
+        if msg.role == "assistant":
+            end = i + 1
+            while end < n and history[end].role != "assistant":
+                end += 1
+            repair.block(msg, history[i + 1 : end])
+            i = end
+            continue
+        if msg.role == "tool":
+            repair.drop_orphan(msg)
+        else:
+            repair.out.append(msg)
+        i += 1
+    return repair.out, repair.report()

@@ -1,0 +1,180 @@
+"""Tool-result budget: previews for oversized tool results (SPEC §3.2).
+
+A result longer than ``max_result_chars`` becomes a preview — its head, an
+omission line naming the CCR marker of the archived full text, and its tail.
+When one turn's results (the run of ``tool`` messages owned by one assistant
+message) still exceed ``turn_budget_chars``, the largest are shrunk first,
+each to ``max(turn_floor, its length − the turn's excess)``.
+
+Previews are byte-stable: identical content gives identical bytes, so
+provider prompt caches survive. Content that already carries a marker (a
+preview) is never re-archived or re-cut, which makes the pass idempotent.
+Limits are arguments of each call; nothing process-wide is ever changed.
+
+>>> from ctxrecover.archive import MemoryArchive
+>>> from ctxrecover.messages import Message, ToolCall
+>>> h = [Message.assistant(tool_calls=[ToolCall("t", "cat")]), Message.tool("t", "x" * 30_000)]
+>>> out, report = enforce_tool_result_budget(h, archive=MemoryArchive())
+>>> report.results_previewed, len(out[1].content) < 5_200
+(1, True)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ctxrecover.archive import Archive, marker
+from ctxrecover.errors import ConfigError
+from ctxrecover.messages import Message
+
+__all__ = [
+    "DEFAULT_MAX_RESULT_CHARS",
+    "DEFAULT_PREVIEW_HEAD",
+    "DEFAULT_PREVIEW_TAIL",
+    "DEFAULT_TURN_BUDGET_CHARS",
+    "DEFAULT_TURN_FLOOR",
+    "PREVIEW_OMISSION_RE",
+    "PREVIEW_OMISSION_TEXT",
+    "ToolBudgetReport",
+    "enforce_tool_result_budget",
+    "tool_result_preview",
+]
+
+DEFAULT_TURN_BUDGET_CHARS = 200_000  # CHATCLI_TOOL_RESULT_BUDGET_CHARS
+DEFAULT_MAX_RESULT_CHARS = 20_000  # CHATCLI_TOOL_RESULT_MAX_CHARS
+DEFAULT_PREVIEW_HEAD = 4000
+DEFAULT_PREVIEW_TAIL = 1000
+DEFAULT_TURN_FLOOR = 5200
+
+PREVIEW_OMISSION_TEXT = "\n\n... [%d chars omitted — full output saved to %s]\n\n"
+PREVIEW_OMISSION_RE = re.compile(
+    r"\n\n\.\.\. \[\d+ chars omitted — full output saved to <<ccr:([0-9a-f]{16})>>\]\n\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolBudgetReport:
+    """What :func:`enforce_tool_result_budget` did: previews made and characters saved."""
+
+    results_previewed: int = 0
+    chars_saved: int = 0
+
+    @property
+    def changed(self) -> bool:
+        """True when at least one result became a preview."""
+        return self.results_previewed > 0
+
+
+def tool_result_preview(
+    content: str, key: str, *, head: int = DEFAULT_PREVIEW_HEAD, tail: int = DEFAULT_PREVIEW_TAIL
+) -> str:
+    """The preview of ``content`` archived under ``key``: head, omission line, tail.
+
+    The head (≤ ``head`` chars) ends after its last newline when that newline
+    lies past half of it; the tail (≤ ``tail`` chars) starts after its first
+    newline when that newline lies within its first half. Deterministic.
+    """
+    head_text = content[:head]
+    cut = head_text.rfind("\n")
+    if cut > head // 2:
+        head_text = head_text[: cut + 1]
+    tail_text = content[max(len(head_text), len(content) - tail) :] if tail > 0 else ""
+    cut = tail_text.find("\n")
+    if 0 <= cut < tail // 2:
+        tail_text = tail_text[cut + 1 :]
+    omitted = len(content) - len(head_text) - len(tail_text)
+    return head_text + PREVIEW_OMISSION_TEXT % (omitted, marker(key)) + tail_text
+
+
+def _sized_preview(content: str, key: str, target: int, head: int, tail: int) -> str:
+    """A preview of at most about ``target`` chars, head and tail in the ``head:tail`` ratio."""
+    room = max(0, target - len(PREVIEW_OMISSION_TEXT % (len(content), marker(key))))
+    head_room = room * head // (head + tail)
+    return tool_result_preview(content, key, head=head_room, tail=room - head_room)
+
+
+def _validate(turn_budget_chars: int, max_result_chars: int, head: int, tail: int, floor: int) -> None:
+    for name, value in (
+        ("turn_budget_chars", turn_budget_chars),
+        ("max_result_chars", max_result_chars),
+        ("preview_head", head),
+        ("turn_floor", floor),
+    ):
+        if not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"enforce_tool_result_budget: {name} must be a positive int, got {value!r}")
+    if not isinstance(tail, int) or tail < 0:
+        raise ConfigError(f"enforce_tool_result_budget: preview_tail must be an int >= 0, got {tail!r}")
+    if head + tail >= max_result_chars:
+        raise ConfigError(
+            "enforce_tool_result_budget: preview_head + preview_tail must be below max_result_chars "
+            f"({head} + {tail} >= {max_result_chars}), or previews would not be shorter than the results"
+        )
+
+
+def _turns(history: list[Message]) -> list[list[int]]:
+    """Indexes of the ``tool`` messages of each turn (the run owned by one assistant message)."""
+    turns: list[list[int]] = [[]]
+    for i, msg in enumerate(history):
+        if msg.role == "assistant":
+            turns.append([])
+        elif msg.role == "tool":
+            turns[-1].append(i)
+    return [t for t in turns if t]
+
+
+def enforce_tool_result_budget(
+    history: list[Message],
+    *,
+    archive: Archive,
+    turn_budget_chars: int = DEFAULT_TURN_BUDGET_CHARS,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    preview_head: int = DEFAULT_PREVIEW_HEAD,
+    preview_tail: int = DEFAULT_PREVIEW_TAIL,
+    turn_floor: int = DEFAULT_TURN_FLOOR,
+) -> tuple[list[Message], ToolBudgetReport]:
+    """Cap each tool result at ``max_result_chars`` and each turn at ``turn_budget_chars``.
+
+    Oversized results are archived (``archive.archive``) and replaced by a
+    preview carrying their marker; results that already carry a marker, and
+    ``preserve_verbatim`` results, are left whole. Returns a new list (the
+    input itself when nothing changed) and never mutates the input.
+    """
+    _validate(turn_budget_chars, max_result_chars, preview_head, preview_tail, turn_floor)
+    turns = _turns(history)
+    contents = {i: history[i].content for turn in turns for i in turn}
+
+    def shrink(i: int, target: int | None) -> None:
+        limit = max_result_chars if target is None else target
+        if history[i].preserve_verbatim or len(contents[i]) <= limit:
+            return
+        key = archive.archive(contents[i])
+        if key is None:
+            return
+        if target is None:
+            cut = tool_result_preview(contents[i], key, head=preview_head, tail=preview_tail)
+        else:
+            cut = _sized_preview(contents[i], key, target, preview_head, preview_tail)
+        if len(cut) < len(contents[i]):
+            contents[i] = cut
+
+    for turn in turns:
+        for i in turn:
+            shrink(i, None)
+        total = sum(len(contents[i]) for i in turn)
+        for i in sorted(turn, key=lambda j: (-len(contents[j]), j)):
+            excess = total - turn_budget_chars
+            if excess <= 0:
+                break
+            before = len(contents[i])
+            shrink(i, max(turn_floor, before - excess))
+            total -= before - len(contents[i])
+
+    changed = [i for i in contents if contents[i] is not history[i].content]
+    if not changed:
+        return history, ToolBudgetReport()
+    out = list(history)
+    for i in changed:
+        out[i] = history[i].with_content(contents[i])
+    saved = sum(len(history[i].content) - len(contents[i]) for i in changed)
+    return out, ToolBudgetReport(results_previewed=len(changed), chars_saved=saved)

@@ -1,0 +1,213 @@
+"""Tool-call / tool-result pairing repair (SPEC §3.1)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxrecover.archive import MemoryArchive, recall
+from ctxrecover.messages import Message, ToolCall
+from ctxrecover.passes.pairing import PairingReport, repair_pairing, validate_pairing
+
+SYNTHETIC_TEXT = (
+    "[Tool result missing — the tool execution was interrupted or failed silently. "
+    "Do NOT retry this tool call. Analyze what went wrong and try a different approach.]"
+)
+
+
+def call(call_id: str, name: str = "web_fetch") -> ToolCall:
+    return ToolCall(call_id, name, json.dumps({"id": call_id}))
+
+
+def asst(*ids: str, content: str = "") -> Message:
+    return Message.assistant(content, tool_calls=[call(i) for i in ids])
+
+
+def result(call_id: str, content: str | None = None) -> Message:
+    return Message.tool(call_id, content if content is not None else f"result of {call_id}")
+
+
+def is_synthetic(msg: Message, call_id: str) -> bool:
+    return (
+        msg.role == "tool"
+        and msg.tool_call_id == call_id
+        and msg.content == SYNTHETIC_TEXT
+        and msg.is_error
+        and msg.error_code == "missing_result"
+    )
+
+
+def repaired(history: list[Message], **kw: object) -> tuple[list[Message], PairingReport]:
+    snapshot = copy.deepcopy(history)
+    out, report = repair_pairing(history, **kw)  # type: ignore[arg-type]
+    assert history == snapshot, "repair_pairing mutated its input"
+    assert validate_pairing(out)
+    again, second = repair_pairing(out)
+    assert again is out and not second.changed, "repair is not idempotent"
+    return out, report
+
+
+def test_valid_history_is_returned_unchanged_as_the_same_object() -> None:
+    history = [
+        Message.system("sys"),
+        Message.user("go"),
+        asst("a", "b"),
+        result("b"),  # adjacent results out of order are valid
+        result("a"),
+        Message.assistant("done"),
+    ]
+    out, report = repair_pairing(history)
+    assert out is history
+    assert report == PairingReport() and not report.changed
+    assert validate_pairing(history)
+
+
+def test_duplicate_ids_across_turns_with_second_block_dangling_get_two_synthetics() -> None:
+    history = [
+        Message.user("go"),
+        asst("web_fetch:0"),
+        result("web_fetch:0"),
+        Message.user("more"),
+        asst("web_fetch:0", "web_fetch:1"),
+    ]
+    out, report = repaired(history)
+    assert report.synthetic_results == 2
+    assert out[:4] == history[:4]
+    assert is_synthetic(out[5], "web_fetch:0") and is_synthetic(out[6], "web_fetch:1")
+    assert out[5].name == "web_fetch"
+
+
+def test_dangling_first_block_with_later_block_answered_gets_synthetics_after_the_first_block() -> None:
+    history = [
+        Message.user("go"),
+        asst("x:0", "x:1"),
+        Message.user("hm?"),
+        asst("x:0"),
+        result("x:0"),
+    ]
+    out, report = repaired(history)
+    assert report.synthetic_results == 2 and report.orphans_removed == 0
+    assert [m.role for m in out] == ["user", "assistant", "tool", "tool", "user", "assistant", "tool"]
+    assert is_synthetic(out[2], "x:0") and is_synthetic(out[3], "x:1")
+    assert out[6] == result("x:0")
+
+
+def test_interposed_user_message_is_moved_after_the_relocated_results() -> None:
+    feedback = Message.user("[tool feedback]", agent_feedback=True)
+    history = [Message.user("go"), asst("a", "b"), feedback, result("a"), result("b")]
+    out, report = repaired(history)
+    assert report.relocated == 2 and report.synthetic_results == 0
+    assert out == [history[0], history[1], result("a"), result("b"), feedback]
+
+
+def test_orphan_result_is_removed_and_archived_first() -> None:
+    archive = MemoryArchive()
+    history = [Message.user("go"), asst("a"), result("a"), result("ghost:0", "ghost output")]
+    out, report = repaired(history, archive=archive)
+    assert report.orphans_removed == 1
+    assert out == history[:3]
+    assert recall(archive, " ".join(report.archived_keys)).text == "ghost output"
+
+
+def test_orphan_without_archive_is_still_removed() -> None:
+    out, report = repaired([Message.user("go"), result("ghost:0")])
+    assert report.orphans_removed == 1 and report.archived_keys == ()
+    assert out == [Message.user("go")]
+
+
+def test_partial_results_get_synthetics_in_call_order() -> None:
+    history = [Message.user("go"), asst("a", "b", "c"), result("b")]
+    out, report = repaired(history)
+    assert report.synthetic_results == 2
+    assert is_synthetic(out[2], "a")
+    assert out[3] == result("b")
+    assert is_synthetic(out[4], "c")
+
+
+def test_intra_message_duplicate_call_is_pruned_keeping_the_first() -> None:
+    archive = MemoryArchive()
+    first, duplicate = ToolCall("a", "ls", '{"dir": "/"}'), ToolCall("a", "ls", '{"dir": "/tmp"}')
+    history = [
+        Message.user("go"),
+        Message.assistant("", tool_calls=[first, duplicate]),
+        result("a"),
+    ]
+    out, report = repaired(history, archive=archive)
+    assert report.duplicate_calls_pruned == 1 and report.synthetic_results == 0
+    assert out[1].tool_calls == (first,)
+    assert json.loads(recall(archive, report.archived_keys[0]).text)["arguments"] == '{"dir": "/tmp"}'
+
+
+def test_result_beyond_the_next_assistant_gives_one_synthetic_and_one_orphan() -> None:
+    history = [Message.user("go"), asst("a"), Message.assistant("thinking"), result("a")]
+    out, report = repaired(history)
+    assert report.synthetic_results == 1 and report.orphans_removed == 1
+    assert [m.role for m in out] == ["user", "assistant", "tool", "assistant"]
+    assert is_synthetic(out[2], "a")
+
+
+def test_empty_id_call_is_pruned_and_a_second_pass_reports_nothing() -> None:
+    history = [
+        Message.user("go"),
+        Message.assistant("", tool_calls=[ToolCall("", "ls"), call("a")]),
+        result("a"),
+    ]
+    out, report = repaired(history)
+    assert report.empty_ids_pruned == 1 and report.changed
+    assert out[1].tool_calls == (call("a"),)
+    again, second = repair_pairing(out)
+    assert again is out and second == PairingReport()
+
+
+def test_repair_keeps_tool_call_id_name_and_flags_of_claimed_results() -> None:
+    kept = Message.tool("a", "x", name="web_fetch", is_error=True, error_code="timeout")
+    history = [Message.user("go"), asst("a"), Message.user("fb"), kept]
+    out, _ = repaired(history)
+    assert out[2] is kept
+
+
+@pytest.mark.parametrize(
+    ("history", "valid"),
+    [
+        ([Message.user("hi"), Message.assistant("hello")], True),
+        ([result("a")], False),
+        ([Message.assistant("no calls"), result("a")], False),
+        ([asst("a"), result("a"), result("a")], False),
+        ([asst("a", "a"), result("a")], False),
+        ([asst(""), result("")], False),
+        ([asst("a"), Message.user("x"), result("a")], False),
+        ([asst("a", "b"), result("b"), result("a")], True),
+    ],
+)
+def test_validate_pairing_cases(history: list[Message], valid: bool) -> None:
+    assert validate_pairing(history) is valid
+
+
+# -- property: repair is idempotent and always yields a valid history -------------------
+
+IDS = st.sampled_from(["a", "b", "web_fetch:0", ""])
+MESSAGES = st.one_of(
+    st.builds(lambda ids: asst(*ids), st.lists(IDS, max_size=3)),
+    st.builds(lambda i: result(i), IDS),
+    st.just(Message.user("u")),
+    st.just(Message.user("fb", agent_feedback=True)),
+    st.just(Message.assistant("plain")),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(MESSAGES, max_size=12))
+def test_repair_is_idempotent_and_valid_for_random_histories(history: list[Message]) -> None:
+    snapshot = copy.deepcopy(history)
+    once, _ = repair_pairing(history, archive=MemoryArchive())
+    assert history == snapshot
+    assert validate_pairing(once)
+    twice, report = repair_pairing(once)
+    assert twice == once and not report.changed
+    kept = [m for m in history if m.role in ("user", "system")]
+    assert [m for m in once if m.role in ("user", "system")] == kept, "repair never drops non-tool messages"
+    assert sum(m.role == "assistant" for m in once) == sum(m.role == "assistant" for m in history)
