@@ -1,0 +1,602 @@
+"""Recovery after a rejected request (SPEC §6) and the pre-flight check (SPEC §7)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from ctxrecover.archive import MemoryArchive, extract_keys, recall
+from ctxrecover.classify import Failure, classify
+from ctxrecover.errors import ConfigError, PayloadFloorError, RecoveryExhausted, UnrecoverableFailure
+from ctxrecover.events import Event, EventBus, Notice, PostCompact, PreCompact
+from ctxrecover.messages import Message, ToolCall
+from ctxrecover.passes import tool_budget
+from ctxrecover.policy import DEFAULT_POLICY, Policy
+from ctxrecover.recovery import (
+    Level1,
+    Level2,
+    Level3,
+    PayloadCapState,
+    RecoveryContext,
+    RecoveryLadder,
+    StepReport,
+    diagnose_floor,
+    preflight,
+    recover,
+    repair_malformed,
+)
+from ctxrecover.sizes import MIB
+
+# -- SPEC texts, byte for byte ---------------------------------------------------------------
+
+LEARNED = (
+    "ℹ Gateway rejected a %s request — payload cap set to %s for this session "
+    "(export CHATCLI_MAX_PAYLOAD to override)"
+)
+ASSUMED = "ℹ Assuming 4 MB payload cap — export CHATCLI_MAX_PAYLOAD (e.g. 5MB, 512KB) to adjust"
+FLOOR_FAIL = (
+    "✖ The non-compactable request base (system prompt: %s — personas, skills, MCP tool docs) meets or "
+    "exceeds the size the gateway rejected (%s). History compaction cannot help — reduce MCP servers, "
+    "skills or personas, or raise the proxy/WAF body-size limit"
+)
+FLOOR_WARN = (
+    "⚠ System prompt alone is %s — close to the gateway's rejection threshold; consider reducing MCP "
+    "servers, skills or personas"
+)
+RECOVERABLE = "⚠ Recoverable failure (%s) — compacting and retrying"
+PAYLOAD_NOTICE = (
+    "[SYSTEM NOTICE — PAYLOAD LIMIT HIT] A proxy/gateway rejected the previous request due to body size. "
+    "History was compacted to recover. Going forward: (1) When reading files, prefer targeted reads with "
+    "line ranges (e.g. sed -n '100,200p' file, or read_file with offset+limit) instead of reading entire "
+    "files. (2) Prefer grep/ripgrep with specific patterns over full-file reads. (3) If you previously read "
+    "a large file, its full content is persisted at the path shown in the tool-result preview — re-read "
+    "specific ranges from that file rather than repeating the original read. (4) Summarize findings "
+    "incrementally rather than accumulating raw tool output."
+)
+PAYLOAD_MARKER = "[SYSTEM NOTICE — PAYLOAD LIMIT HIT]"
+COMPACTED = (
+    "[Context was automatically compacted due to size limits. Previous conversation history has been "
+    "summarized. Continue from where you left off.]"
+)
+DROPPED_NOTE_PREFIX = (
+    "[full transcript of the messages dropped by context recovery recoverable via @recall <<ccr:"
+)
+PREFLIGHT = "ℹ pre-flight: history %s ≈ %d%% of configured cap (%s) — compacting"
+UNCAPPED = (
+    "ℹ history %s — if you are behind a proxy/gateway, export CHATCLI_MAX_PAYLOAD=5MB "
+    "(adjust to the proxy limit)"
+)
+TRUNCATED_SEPARATOR = "\n... [truncated] ...\n"
+
+# SPEC §1.1 / seed example: a 126.4 KB request rejected, 131.2 KB and 96.1 KB system prompts.
+REJECTED = 129_434
+SYSTEM_OVER = 134_349
+SYSTEM_NEAR = 98_406
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def payload_failure(rejected: int | None = REJECTED) -> Failure:
+    return classify(status=413, body="413 Request Entity Too Large", request_bytes=rejected)
+
+
+def overflow_failure() -> Failure:
+    return classify(status=400, body="prompt is too long: 250000 tokens > 200000 maximum")
+
+
+def context(policy: Policy = DEFAULT_POLICY, archive: MemoryArchive | None = None) -> RecoveryContext:
+    return RecoveryContext.from_policy(policy, archive if archive is not None else MemoryArchive())
+
+
+def conversation(pairs: int, *, size: int = 20) -> list[Message]:
+    history = [Message.system("You are a coding agent.")]
+    for i in range(pairs):
+        history.append(Message.user(f"u{i} " + "q" * size))
+        history.append(Message.assistant(f"a{i} " + "r" * size))
+    return history
+
+
+def digits(n_chars: int) -> str:
+    """Distinct, position-revealing text: '00000' '00001' …"""
+    return "".join(f"{i:05d}" for i in range(n_chars // 5 + 1))[:n_chars]
+
+
+def reachable_texts(history: list[Message], store: MemoryArchive) -> list[str]:
+    texts = [m.content for m in history] + [c.arguments for m in history for c in m.tool_calls]
+    pending = [k for t in texts for k in extract_keys(t)]
+    seen: set[str] = set()
+    while pending:
+        key = pending.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        found = recall(store, f"<<ccr:{key}>>").found
+        assert key in found, f"marker {key} points at nothing"
+        texts.append(found[key])
+        pending += extract_keys(found[key])
+    return texts
+
+
+def assert_nothing_lost(original: list[Message], output: list[Message], store: MemoryArchive) -> None:
+    texts = reachable_texts(output, store)
+    for msg in original:
+        assert any(msg.content in t for t in texts), f"lost: {msg.content[:60]!r}"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.bus = EventBus(self.events.append)
+
+    @property
+    def notices(self) -> list[str]:
+        return [e.message for e in self.events if isinstance(e, Notice)]
+
+
+# -- learned cap (§6 step 1) -----------------------------------------------------------------
+
+
+def test_learned_cap_is_three_quarters_of_the_rejected_size() -> None:
+    state = PayloadCapState()
+    notices = state.learn(payload_failure(), policy=DEFAULT_POLICY)
+    assert [n.message for n in notices] == [LEARNED % ("126.4 KB", "94.8 KB")]
+    assert notices[0].code == "learned_cap"
+    assert state.learned_cap == state.effective_cap == REJECTED * 3 // 4 == 97_075
+
+
+def test_learned_cap_only_tightens() -> None:
+    state = PayloadCapState()
+    state.learn(payload_failure(REJECTED), policy=DEFAULT_POLICY)
+    assert state.learn(payload_failure(200_000), policy=DEFAULT_POLICY) == []
+    assert state.effective_cap == 97_075
+    notices = state.learn(payload_failure(100_000), policy=DEFAULT_POLICY)
+    assert [n.message for n in notices] == [LEARNED % ("97.7 KB", "73.2 KB")]
+    assert state.effective_cap == 75_000
+
+
+def test_a_lower_configured_cap_wins_silently() -> None:
+    state = PayloadCapState.from_policy(Policy(payload_cap=50_000))
+    assert state.learn(payload_failure(), policy=DEFAULT_POLICY) == []
+    assert (state.learned_cap, state.effective_cap) == (None, 50_000)
+
+
+def test_a_higher_configured_cap_is_tightened_by_the_learned_one() -> None:
+    state = PayloadCapState(configured_cap=5 * MIB)
+    assert len(state.learn(payload_failure(), policy=DEFAULT_POLICY)) == 1
+    assert (state.configured_cap, state.effective_cap) == (5 * MIB, 97_075)
+
+
+def test_unknown_size_without_cap_assumes_4mb_once() -> None:
+    state = PayloadCapState()
+    notices = state.learn(payload_failure(None), policy=DEFAULT_POLICY)
+    assert [(n.code, n.message) for n in notices] == [("assumed_cap", ASSUMED)]
+    assert state.effective_cap == 4 * MIB
+    assert state.learn(payload_failure(None), policy=DEFAULT_POLICY) == []
+    assert state.effective_cap == 4 * MIB
+
+
+def test_unknown_size_with_a_cap_assumes_nothing() -> None:
+    state = PayloadCapState(configured_cap=MIB)
+    assert state.learn(payload_failure(None), policy=DEFAULT_POLICY) == []
+    assert state.effective_cap == MIB
+
+
+def test_non_payload_failures_teach_nothing() -> None:
+    state = PayloadCapState()
+    assert state.learn(overflow_failure(), policy=DEFAULT_POLICY) == []
+    assert state.effective_cap == 0
+
+
+def test_learning_never_touches_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHATCLI_MAX_PAYLOAD", raising=False)
+    before = dict(os.environ)
+    state = PayloadCapState()
+    state.learn(payload_failure(), policy=DEFAULT_POLICY)
+    PayloadCapState().learn(payload_failure(None), policy=DEFAULT_POLICY)
+    assert dict(os.environ) == before
+    assert Policy.from_env().payload_cap == 0
+
+
+def test_configured_cap_is_validated() -> None:
+    with pytest.raises(ConfigError, match="0 meaning no cap"):
+        PayloadCapState(configured_cap=-1)
+
+
+# -- floor diagnosis (§6 step 2) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("system", "rejected", "fail_fast", "message"),
+    [
+        (SYSTEM_OVER, REJECTED, True, FLOOR_FAIL % ("131.2 KB", "126.4 KB")),
+        (REJECTED, REJECTED, True, FLOOR_FAIL % ("126.4 KB", "126.4 KB")),
+        (SYSTEM_NEAR, REJECTED, False, FLOOR_WARN % "96.1 KB"),
+        (97_076, REJECTED, False, FLOOR_WARN % "94.8 KB"),
+        (97_075, REJECTED, False, None),
+        (SYSTEM_OVER, None, False, None),
+    ],
+)
+def test_floor_diagnosis(system: int, rejected: int | None, fail_fast: bool, message: str | None) -> None:
+    diagnosis = diagnose_floor(system, rejected, policy=DEFAULT_POLICY)
+    assert diagnosis.fail_fast is fail_fast
+    assert (diagnosis.notice.message if diagnosis.notice else None) == message
+
+
+def test_floor_fail_fast_raises_without_touching_the_history() -> None:
+    history = conversation(3)
+    snapshot = copy.deepcopy(history)
+    rec = Recorder()
+    state = PayloadCapState()
+    with pytest.raises(PayloadFloorError) as caught:
+        recover(
+            history, payload_failure(), 1, ladder=RecoveryLadder.default(), ctx=context(),
+            cap_state=state, system_bytes=SYSTEM_OVER, events=rec.bus,
+        )
+    assert str(caught.value) == FLOOR_FAIL % ("131.2 KB", "126.4 KB")
+    assert caught.value.attempts == 0 and caught.value.failure is not None
+    assert history == snapshot
+    assert not any(isinstance(e, PreCompact | PostCompact) for e in rec.events)
+    assert state.effective_cap == 97_075  # the cap is learned even when failing fast
+
+
+def test_floor_warning_is_emitted_and_recovery_continues() -> None:
+    rec = Recorder()
+    result = recover(
+        conversation(3), payload_failure(), 1, ladder=RecoveryLadder.default(), ctx=context(),
+        cap_state=PayloadCapState(), system_bytes=SYSTEM_NEAR, events=rec.bus,
+    )
+    assert rec.notices == [
+        RECOVERABLE % "proxy/gateway payload limit (413/431)",
+        LEARNED % ("126.4 KB", "94.8 KB"),
+        FLOOR_WARN % "96.1 KB",
+    ]
+    assert [n.message for n in result.notices] == rec.notices
+
+
+# -- the ladder (§6 steps 4–5) ---------------------------------------------------------------
+
+
+def level1_history() -> list[Message]:
+    calls = [ToolCall(f"r{i}", "read_file", f'{{"path": "f{i}.py"}}') for i in range(12)]
+    return [
+        Message.system("sys"),
+        Message.user("read everything"),
+        Message.assistant(tool_calls=[ToolCall("big", "read_file", '{"path": "big.py"}')]),
+        Message.tool("big", digits(15_000)),
+        Message.assistant(tool_calls=calls),
+        *(Message.tool(c.id, f"{c.id}:" + digits(9_500)) for c in calls),
+        Message.assistant(digits(8_000)),
+        Message.user("continue"),
+    ]
+
+
+def test_level1_halves_the_tool_limits_for_the_session_only() -> None:
+    history = level1_history()
+    snapshot = copy.deepcopy(history)
+    store = MemoryArchive()
+    out, report = Level1()(history, context(archive=store))
+    assert (report.tool_result_budget_chars, report.tool_result_max_chars) == (100_000, 10_000)
+    assert report.changed and report.step == "level1"
+    assert len(out[3].content) < 10_000  # 15 000 > 10 000: previewed (it fits 20 000)
+    turn = [m for m in out if m.role == "tool"][1:]
+    assert sum(len(m.content) for m in turn) <= 100_000 < 12 * 9_500
+    assert report.tool_results_previewed >= 2
+    assert history == snapshot
+    defaults = (DEFAULT_POLICY.tool_result_budget_chars, DEFAULT_POLICY.tool_result_max_chars)
+    assert defaults == (200_000, 20_000)
+    assert Policy() == DEFAULT_POLICY
+    assert (tool_budget.DEFAULT_TURN_BUDGET_CHARS, tool_budget.DEFAULT_MAX_RESULT_CHARS) == (200_000, 20_000)
+    assert_nothing_lost(history, out, store)
+
+
+def test_level1_does_not_compound_over_repeated_recoveries() -> None:
+    ctx = dataclasses.replace(context(), tool_result_budget_chars=100_000, tool_result_max_chars=10_000)
+    _, report = Level1()(level1_history(), ctx)
+    assert (report.tool_result_budget_chars, report.tool_result_max_chars) == (100_000, 10_000)
+    tighter = dataclasses.replace(ctx, tool_result_budget_chars=60_000)
+    assert Level1()(level1_history(), tighter)[1].tool_result_budget_chars == 60_000
+
+
+def test_level1_cuts_long_assistant_messages_to_5000_keeping_head_three_quarters() -> None:
+    original = digits(8_000)
+    store = MemoryArchive()
+    out, report = Level1()([Message.user("go"), Message.assistant(original)], context(archive=store))
+    cut = out[1].content
+    assert report.messages_capped == 1 and len(cut) <= 5_000
+    head, rest = cut.split(TRUNCATED_SEPARATOR)
+    tail = rest.split("\n[full content recoverable via @recall <<ccr:")[0]
+    assert original.startswith(head) and original.endswith(tail)
+    assert len(head) == int((len(head) + len(tail)) * 0.75)
+    assert recall(store, cut).found[extract_keys(cut)[0]] == original
+
+
+def test_level1_repairs_pairing() -> None:
+    history = [Message.user("go"), Message.assistant(tool_calls=[ToolCall("a", "ls")]), Message.user("?")]
+    out, report = Level1()(history, context())
+    assert report.pairing_fixes == 1
+    assert [m.role for m in out] == ["user", "assistant", "tool", "user"]
+
+
+def test_level2_keeps_system_and_the_last_10_messages() -> None:
+    history = conversation(15)
+    store = MemoryArchive()
+    out, report = Level2()(history, context(archive=store))
+    assert out[0] is history[0]
+    assert out[1].content.startswith(DROPPED_NOTE_PREFIX) and out[1].content == report.recall_note
+    assert out[2:] == history[-10:]
+    assert report.messages_dropped == 20 and report.archive_key in store
+    assert_nothing_lost(history, out, store)
+
+
+def test_level2_starts_the_kept_part_with_a_user_message() -> None:
+    history = [*conversation(15), Message.user("latest")]
+    out, report = Level2()(history, context())
+    kept = out[2:]
+    assert kept[0].role == "user" and len(kept) == 9
+    assert report.messages_dropped == 22
+    assert [m.role for m in out if m.role != "system"][0] == "user"
+
+
+def test_level2_repairs_pairing_after_the_cut() -> None:
+    history = [
+        *conversation(6),
+        Message.user("run it"),
+        Message.assistant(tool_calls=[ToolCall("t1", "sh"), ToolCall("t2", "sh")]),
+        Message.tool("t1", "ok"),
+    ]
+    out, report = Level2(keep=4)(history, context())
+    assert report.pairing_fixes == 1
+    assert out[-1].role == "tool" and out[-1].tool_call_id == "t2" and out[-1].is_error
+
+
+def test_level3_keeps_4_messages_capped_at_4000_chars() -> None:
+    history = [Message.system("sys")]
+    for i in range(5):
+        history += [Message.user(f"u{i}:" + digits(6_000)), Message.assistant(f"a{i}:" + digits(6_000))]
+    store = MemoryArchive()
+    out, report = Level3()(history, context(archive=store))
+    kept = out[2:]
+    assert len(kept) == 4 and report.messages_capped == 4 and report.messages_dropped == 6
+    assert all(len(m.content) <= 4_000 and extract_keys(m.content) for m in kept)
+    assert kept[0].content.startswith("u3:")
+    assert_nothing_lost(history, out, store)
+
+
+def test_level3_inserts_the_compacted_context_message_when_nothing_survives() -> None:
+    history = [
+        Message.system("sys"),
+        Message.user("start"),
+        Message.assistant(tool_calls=[ToolCall("t0", "ls")]),
+        Message.tool("t0", "a.py"),
+        Message.assistant(tool_calls=[ToolCall("t1", "cat")]),
+        Message.tool("t1", "print(1)"),
+        Message.assistant("done"),
+    ]
+    store = MemoryArchive()
+    out, report = Level3()(history, context(archive=store))
+    assert [m.role for m in out] == ["system", "user", "user"]
+    assert out[1].content.startswith(DROPPED_NOTE_PREFIX)
+    assert out[2].content == COMPACTED
+    assert report.notice_inserted and report.messages_dropped == 6
+    assert_nothing_lost(history, out, store)
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: RecoveryLadder(), r"RecoveryLadder\(Level1\(\), Level2\(\), Level3\(\)\)"),
+        (lambda: RecoveryLadder("level1"), "step 1 must be callable"),
+        (lambda: Level2(keep=1), "keep >= 2"),
+        (lambda: Level3(per_message_cap=50), "per_message_cap"),
+        (lambda: Level1(budget_factor=2.0), "budget_factor"),
+        (lambda: RecoveryLadder.default().step_for(0), "numbered from 1"),
+    ],
+)
+def test_bad_ladders_are_rejected_up_front(build, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        build()
+
+
+def test_attempts_past_the_end_reuse_the_last_step() -> None:
+    ladder = RecoveryLadder.default(DEFAULT_POLICY)
+    assert [ladder.level_for(n) for n in (1, 2, 3, 4, 9)] == [1, 2, 3, 3, 3]
+    history = conversation(8, size=5_000)
+    out_past, report_past = ladder(history, 7, context())
+    out_three, report_three = ladder(history, 3, context())
+    assert report_past == report_three and report_past.step == "level3"
+    assert [m.content for m in out_past] == [m.content for m in out_three]
+
+
+def test_steps_compose_with_plus_in_order() -> None:
+    seen: list[int] = []
+
+    def spy(history: list[Message], ctx: RecoveryContext) -> tuple[list[Message], StepReport]:
+        seen.append(ctx.tool_result_max_chars)
+        return history, StepReport(step="spy", messages_before=len(history), messages_after=len(history))
+
+    composed = Level1() + spy + Level2(keep=4)
+    assert composed.name == "level1+spy+level2"
+    history = [*conversation(6), Message.assistant(digits(8_000)), Message.user("more")]
+    out, report = RecoveryLadder(composed)(history, 1, context())
+    assert seen == [10_000]  # the later step sees the limits Level 1 set
+    assert report.step == "level1+spy+level2"
+    assert report.tool_result_max_chars == 10_000 and report.messages_capped == 1
+    assert report.messages_dropped > 0 and report.messages_before == len(history)
+    assert report.messages_after == len(out)
+    assert len((spy + Level1()).steps) == 2
+
+
+def test_a_step_returning_the_wrong_shape_is_reported() -> None:
+    def broken(history: list[Message], ctx: RecoveryContext) -> tuple[list[Message], StepReport]:
+        return history  # type: ignore[return-value]
+
+    with pytest.raises(ConfigError, match="'broken' must return"):
+        RecoveryLadder(broken)(conversation(1), 1, context())
+
+
+# -- recover (§6) ----------------------------------------------------------------------------
+
+
+def run_recover(history: list[Message], failure: Failure, attempt: int, state: PayloadCapState, **kw):
+    return recover(
+        history, failure, attempt, ladder=kw.pop("ladder", RecoveryLadder.default()),
+        ctx=kw.pop("ctx", context()), cap_state=state, system_bytes=kw.pop("system_bytes", 1_000),
+        events=kw.pop("events", EventBus()), **kw,
+    )
+
+
+def test_payload_notice_is_added_exactly_once_over_three_recoveries() -> None:
+    state = PayloadCapState()
+    history = conversation(20, size=3_000)
+    added = []
+    for attempt in (1, 2, 3):
+        result = run_recover(history, payload_failure(), attempt, state)
+        added.append(result.payload_notice_added)
+        history = result.history
+        if attempt == 1:
+            assert history[-1].role == "user" and history[-1].content == PAYLOAD_NOTICE
+    assert added == [True, False, False] and state.notice_sent
+    assert sum(m.content.count(PAYLOAD_MARKER) for m in history) == 1
+
+
+def test_payload_notice_is_not_added_when_a_summary_already_carries_it() -> None:
+    summary = Message.user(
+        "[STRUCTURED SUMMARY — covering 12 earlier messages]\n\n## Current Task State\n"
+        f"The model was told: {PAYLOAD_NOTICE}",
+        is_summary=True,
+        summary_of=12,
+    )
+    history = [Message.system("sys"), summary, *conversation(3)[1:]]
+    state = PayloadCapState()
+    result = run_recover(history, payload_failure(), 1, state)
+    assert not result.payload_notice_added and state.notice_sent
+    assert sum(m.content.count(PAYLOAD_MARKER) for m in result.history) == 1
+
+
+def test_non_payload_failures_add_no_payload_notice_and_learn_no_cap() -> None:
+    state = PayloadCapState()
+    rec = Recorder()
+    result = run_recover(conversation(3), overflow_failure(), 1, state, events=rec.bus)
+    assert not result.payload_notice_added and state.effective_cap == 0 and not state.notice_sent
+    assert rec.notices == [RECOVERABLE % "context too long"]
+
+
+def test_recover_runs_hooks_around_the_rewrite_in_order() -> None:
+    rec = Recorder()
+    calls: list[str] = []
+    history = [*conversation(2), Message.assistant(digits(8_000)), Message.user("go on")]
+
+    def before_rewrite(h: list[Message]) -> None:
+        assert h is history
+        calls.append(f"before_rewrite after {len(rec.events)} events")
+
+    result = run_recover(
+        history, payload_failure(), 1, PayloadCapState(), events=rec.bus, before_rewrite=before_rewrite
+    )
+    kinds = [type(e).__name__ for e in rec.events]
+    assert kinds == ["Notice", "Notice", "PreCompact", "PostCompact"]
+    assert calls == ["before_rewrite after 2 events"]
+    assert rec.events[2] == PreCompact("recovery") and rec.events[3] == PostCompact("recovery", "applied")
+    assert result.level == 1 and result.changed
+    assert (result.tool_result_budget_chars, result.tool_result_max_chars) == (100_000, 10_000)
+
+
+def test_recover_reports_skipped_when_nothing_changed() -> None:
+    rec = Recorder()
+    result = run_recover(conversation(2), overflow_failure(), 1, PayloadCapState(), events=rec.bus)
+    assert not result.changed and rec.events[-1] == PostCompact("recovery", "skipped")
+
+
+def test_recover_never_mutates_its_input_and_loses_nothing() -> None:
+    history = [*conversation(12, size=2_000), Message.assistant(digits(9_000)), Message.user("next")]
+    snapshot = copy.deepcopy(history)
+    store = MemoryArchive()
+    result = run_recover(history, payload_failure(), 3, PayloadCapState(), ctx=context(archive=store))
+    assert history == snapshot
+    assert result.level == 3
+    assert_nothing_lost(history, result.history, store)
+
+
+def test_malformed_history_gets_pairing_repair_and_one_retry() -> None:
+    malformed = classify(status=400, body="tool_use ids were found without tool_result blocks")
+    history = [Message.user("go"), Message.assistant(tool_calls=[ToolCall("a", "ls")]), Message.user("?")]
+    rec = Recorder()
+    result = run_recover(history, malformed, 1, PayloadCapState(), events=rec.bus)
+    assert result.level == 0 and result.changed
+    assert [m.role for m in result.history] == ["user", "assistant", "tool", "user"]
+    assert rec.events == []  # no truncation, no compaction hooks
+    with pytest.raises(RecoveryExhausted):
+        run_recover(result.history, malformed, 2, PayloadCapState())
+
+
+def test_repair_malformed_returns_a_valid_history_unchanged() -> None:
+    history = conversation(2)
+    repaired, changed = repair_malformed(history, MemoryArchive())
+    assert repaired is history and not changed
+
+
+def test_unrecoverable_failures_are_refused() -> None:
+    with pytest.raises(UnrecoverableFailure, match="rate_limit"):
+        run_recover(conversation(2), classify(status=429, body="rate limit"), 1, PayloadCapState())
+
+
+# -- pre-flight (§7) -------------------------------------------------------------------------
+
+
+def test_preflight_near_the_configured_cap_forces_ratio_040() -> None:
+    state = PayloadCapState(configured_cap=5 * MIB)
+    result = preflight(int(4.5 * MIB), state, DEFAULT_POLICY)
+    assert result.budget_ratio_override == 0.40
+    assert result.notice is not None and result.notice.message == PREFLIGHT % ("4.5 MB", 90, "5.0 MB")
+    assert preflight(int(4.25 * MIB), state, DEFAULT_POLICY).budget_ratio_override is None  # exactly 85%
+
+
+def test_preflight_uses_the_learned_cap() -> None:
+    state = PayloadCapState()
+    state.learn(payload_failure(), policy=DEFAULT_POLICY)
+    result = preflight(90_000, state, DEFAULT_POLICY)
+    assert result.budget_ratio_override == 0.40
+    assert result.notice is not None and result.notice.message == PREFLIGHT % ("87.9 KB", 92, "94.8 KB")
+
+
+def test_preflight_without_cap_warns_once_per_session() -> None:
+    state = PayloadCapState()
+    assert preflight(2 * MIB, state, DEFAULT_POLICY) == preflight(2 * MIB, state, DEFAULT_POLICY)
+    first = preflight(3 * MIB, state, DEFAULT_POLICY)
+    assert first.budget_ratio_override is None
+    assert first.notice is not None and first.notice.message == UNCAPPED % "3.0 MB"
+    assert preflight(4 * MIB, state, DEFAULT_POLICY).notice is None
+    assert state.uncapped_warning_sent
+    assert preflight(3 * MIB, PayloadCapState(), DEFAULT_POLICY).notice is not None  # another session
+
+
+# -- session isolation -----------------------------------------------------------------------
+
+
+def test_32_concurrent_sessions_learn_their_own_caps() -> None:
+    barrier = threading.Barrier(32)
+    defaults = dataclasses.asdict(DEFAULT_POLICY)
+
+    def session(i: int) -> tuple[int, int, int]:
+        state = PayloadCapState()
+        barrier.wait()
+        for _ in range(20):
+            state.learn(payload_failure(400_000 + i * 1_000), policy=DEFAULT_POLICY)
+        result = run_recover(level1_history(), payload_failure(400_000 + i * 1_000), 1, state)
+        return state.effective_cap, result.tool_result_max_chars, sum(
+            m.content.count(PAYLOAD_MARKER) for m in result.history
+        )
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(session, range(32)))
+    assert [cap for cap, _, _ in results] == [(400_000 + i * 1_000) * 3 // 4 for i in range(32)]
+    assert all(limit == 10_000 and notices == 1 for _, limit, notices in results)
+    assert dataclasses.asdict(DEFAULT_POLICY) == defaults and Policy() == DEFAULT_POLICY
+    assert (tool_budget.DEFAULT_TURN_BUDGET_CHARS, tool_budget.DEFAULT_MAX_RESULT_CHARS) == (200_000, 20_000)
+    assert "CHATCLI_MAX_PAYLOAD" not in os.environ
