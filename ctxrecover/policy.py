@@ -103,7 +103,7 @@ INT_MINIMUMS: Mapping[str, int] = MappingProxyType(
         "summarizer_retries": 0,
         "summary_min_messages": 2,
         "undo_depth": 0,
-        "shrink_min_chars": 1,
+        "shrink_min_chars": 200,  # shrink_to_budget keeps head + marker + tail
         "default_max_tokens": 1,
         "max_output_tokens_cap": 1,
         "skill_inject_budget": 0,
