@@ -46,8 +46,8 @@ __all__ = [
     "RECALL_SUFFIX",
     "SUMMARY_TEXT",
     "TRUNCATION_TEXT",
+    "apply_microcompact",
     "content_kind",
-    "microcompact",
     "recall_suffixes",
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 from pathlib import Path
 
@@ -14,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrecover import classify as classify_module
 from ctxrecover.classify import (
     OUTPUT_TRUNCATION_STOP_REASONS,
     Failure,
@@ -22,6 +22,8 @@ from ctxrecover.classify import (
     classify,
 )
 from ctxrecover.sizes import format_payload_size
+
+classify_module = importlib.import_module("ctxrecover.classify")  # the package attribute is the function
 
 K = FailureKind
 BIG_HISTORY = 600_000

@@ -1,0 +1,84 @@
+"""Every loop recovers: one-shot prompts and multi-participant panels (SPEC §6).
+
+The agent and chat loops are a :class:`~ctxrecover.session.Session` (``mode="agent"``
+or ``"chat"``). This module adds the two other shapes:
+
+- :func:`oneshot`: one prompt, one answer; notices go to stderr so stdout stays pipeable.
+- :class:`Panel`: several participants answer the same prompt, each compacting
+  its own thread; one participant's failure is reported for that participant
+  and does not fail the panel.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from ctxrecover.errors import RecoveryError
+from ctxrecover.events import StderrRenderer
+from ctxrecover.messages import Message
+from ctxrecover.senders import Sender
+from ctxrecover.session import Session
+
+__all__ = ["Panel", "PanelAnswer", "oneshot"]
+
+
+def oneshot(
+    sender: Sender,
+    prompt: str,
+    *,
+    system: str | None = None,
+    stream: TextIO | None = None,
+    **session_options: Any,
+) -> str:
+    """Answer one prompt with full recovery; notices are printed to ``stream`` (stderr).
+
+    Extra keyword arguments go to :class:`~ctxrecover.session.Session`
+    (``policy``, ``archive``, ``summarizer``, …). Raises the session's typed
+    errors when the turn cannot be completed.
+    """
+    renderer = StderrRenderer(stream if stream is not None else sys.stderr)
+    session = Session(sender, on_event=renderer, mode="chat", **session_options)
+    if system:
+        session.add(Message.system(system))
+    session.add(Message.user(prompt))
+    return session.complete().content
+
+
+@dataclass(frozen=True, slots=True)
+class PanelAnswer:
+    """One participant's answer, or the error that ended its turn."""
+
+    name: str
+    message: Message | None
+    error: RecoveryError | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Panel:
+    """Participants (each a Session with its own thread and state) answering together.
+
+    >>> # panel = Panel({"critic": Session(s1), "author": Session(s2)})
+    >>> # answers = panel.ask("Review the plan")
+    """
+
+    def __init__(self, participants: Mapping[str, Session]) -> None:
+        if not participants:
+            raise ValueError("a Panel needs at least one participant")
+        self.participants = dict(participants)
+
+    def ask(self, prompt: str) -> dict[str, PanelAnswer]:
+        """Give ``prompt`` to every participant; a failure stays that participant's."""
+        answers: dict[str, PanelAnswer] = {}
+        for name, session in self.participants.items():
+            session.add(Message.user(prompt))
+            try:
+                answers[name] = PanelAnswer(name, session.complete(), None)
+            except RecoveryError as exc:
+                answers[name] = PanelAnswer(name, None, exc)
+        return answers

@@ -1,0 +1,304 @@
+"""The one-method seam between a Session and the network.
+
+A :class:`Sender` turns a :class:`ChatRequest` into a :class:`ChatResponse` or
+raises. Whatever it raises, :func:`ctxrecover.classify.classify` reads it; a
+:class:`SendFailed` wrapper adds what classification needs most — the exact
+size of the rejected body — and keeps the original error as ``__cause__``.
+
+- :class:`HttpxSender` posts the real request body of any of the five wire
+  formats to any base URL with httpx (a transport can be injected, e.g.
+  ``httpx.MockTransport`` or respx).
+- :class:`OpenAISDKSender` / :class:`AnthropicSDKSender` wrap an existing
+  ``openai`` / ``anthropic`` client. Create those clients with
+  ``max_retries=0``: SDK retries resend the very body a proxy just rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ctxrecover.errors import CtxRecoverError
+from ctxrecover.messages import Message
+from ctxrecover.wire import (
+    ParsedResponse,
+    Usage,
+    WireFormat,
+    encode_body,
+    parse_response,
+    render_request,
+    request_path,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "AnthropicSDKSender",
+    "ChatRequest",
+    "ChatResponse",
+    "HttpxSender",
+    "OpenAISDKSender",
+    "SendFailed",
+    "Sender",
+]
+
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One outgoing request: the (already compacted) messages and generation options.
+
+    ``headers`` and ``extra`` carry provider features such as Anthropic context
+    editing (``anthropic-beta`` header + ``context_management`` body field).
+    """
+
+    messages: tuple[Message, ...]
+    max_tokens: int | None = None
+    tools: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    """A successful answer; ``raw`` is the provider's JSON (for context-editing reports)."""
+
+    message: Message
+    stop_reason: str | None
+    truncated: bool
+    usage: Usage
+    request_bytes: int
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_parsed(
+        cls, parsed: ParsedResponse, *, request_bytes: int, raw: Mapping[str, Any]
+    ) -> ChatResponse:
+        return cls(
+            message=parsed.message,
+            stop_reason=parsed.stop_reason,
+            truncated=parsed.truncated,
+            usage=parsed.usage,
+            request_bytes=request_bytes,
+            raw=raw,
+        )
+
+
+@runtime_checkable
+class Sender(Protocol):
+    """Send one request; raise on any failure (classification reads the exception)."""
+
+    wire_format: WireFormat
+
+    def send(self, request: ChatRequest) -> ChatResponse: ...
+
+
+class SendFailed(CtxRecoverError):
+    """A request failed; carries what the provider or middlebox answered.
+
+    ``request_bytes`` is the exact size of the body that was rejected (the
+    learned payload cap derives from it). ``status``/``body``/``headers`` are
+    set when an HTTP answer came back; for a dropped connection the transport
+    error is the ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        request_bytes: int,
+        status: int | None = None,
+        body: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.request_bytes = request_bytes
+        self.status_code = status
+        self.body = body
+        self.headers = dict(headers or {})
+
+
+def _auth_headers(fmt: WireFormat, api_key: str | None) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    if fmt is WireFormat.ANTHROPIC:
+        headers["anthropic-version"] = ANTHROPIC_VERSION
+        if api_key:
+            headers["x-api-key"] = api_key
+    elif fmt is WireFormat.GEMINI:
+        if api_key:
+            headers["x-goog-api-key"] = api_key
+    elif api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+class HttpxSender:
+    """Post the real request body of ``wire_format`` to ``base_url`` with httpx.
+
+    >>> import httpx
+    >>> def provider(request):
+    ...     return httpx.Response(200, json={"choices": [{"message": {"role": "assistant",
+    ...         "content": "hi"}, "finish_reason": "stop"}], "usage": {}})
+    >>> sender = HttpxSender("openai-chat", base_url="http://mock", model="m",
+    ...                      transport=httpx.MockTransport(provider))
+    >>> sender.send(ChatRequest((Message.user("hello"),))).message.content
+    'hi'
+    """
+
+    def __init__(
+        self,
+        wire_format: WireFormat | str,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        client: httpx.Client | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        import httpx
+
+        self.wire_format = WireFormat(wire_format)
+        self.model = model
+        self.url = base_url.rstrip("/") + request_path(self.wire_format, model)
+        self._headers = {**_auth_headers(self.wire_format, api_key), **(headers or {})}
+        self._client = client or httpx.Client(transport=transport, timeout=timeout, trust_env=False)
+        self._owns_client = client is None
+
+    def render(self, request: ChatRequest) -> bytes:
+        """The exact bytes :meth:`send` posts for ``request``."""
+        body = render_request(
+            request.messages,
+            self.wire_format,
+            model=self.model,
+            max_tokens=request.max_tokens,
+            tools=request.tools,
+            extra=request.extra or None,
+        )
+        return encode_body(body)
+
+    def send(self, request: ChatRequest) -> ChatResponse:
+        import httpx
+
+        data = self.render(request)
+        size = len(data)
+        try:
+            response = self._client.post(self.url, content=data, headers={**self._headers, **request.headers})
+            text = response.text
+        except httpx.HTTPError as exc:
+            raise SendFailed(f"{type(exc).__name__}: {exc}", request_bytes=size) from exc
+        if response.status_code >= 400:
+            raise SendFailed(
+                f"HTTP {response.status_code} from {self.url}",
+                request_bytes=size,
+                status=response.status_code,
+                body=text,
+                headers=response.headers,
+            )
+        try:
+            raw = json.loads(text)
+            parsed = parse_response(self.wire_format, raw)
+        except ValueError as exc:
+            # A 2xx that is not the provider's JSON (an HTML interstitial, a truncated body).
+            raise SendFailed(
+                f"unparseable {response.status_code} response from {self.url}: {exc}",
+                request_bytes=size,
+                status=response.status_code,
+                body=text,
+                headers=response.headers,
+            ) from exc
+        return ChatResponse.from_parsed(parsed, request_bytes=size, raw=raw)
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> HttpxSender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _dump(result: Any) -> dict[str, Any]:
+    if hasattr(result, "model_dump"):
+        return result.model_dump(mode="json", exclude_none=True)
+    if isinstance(result, dict):
+        return result
+    raise TypeError(f"unexpected SDK result type {type(result).__name__}")
+
+
+class _SDKSender:
+    """Shared body of the SDK adapters: render, call, parse, wrap failures."""
+
+    wire_format: WireFormat
+
+    def __init__(self, client: Any, *, model: str, extra_kwargs: Mapping[str, Any] | None = None) -> None:
+        self._client = client
+        self.model = model
+        self._extra_kwargs = dict(extra_kwargs or {})
+
+    def _body(self, request: ChatRequest) -> dict[str, Any]:
+        return render_request(
+            request.messages,
+            self.wire_format,
+            model=self.model,
+            max_tokens=request.max_tokens,
+            tools=request.tools,
+            extra=request.extra or None,
+        )
+
+    def _create(self, body: dict[str, Any], headers: Mapping[str, str]) -> Any:
+        raise NotImplementedError
+
+    def send(self, request: ChatRequest) -> ChatResponse:
+        body = self._body(request)
+        size = len(encode_body(body))
+        try:
+            result = self._create(body, request.headers)
+        except Exception as exc:  # SDK errors of every generation; classify reads the cause chain
+            raise SendFailed(f"{type(exc).__name__}: {exc}", request_bytes=size) from exc
+        raw = _dump(result)
+        return ChatResponse.from_parsed(parse_response(self.wire_format, raw), request_bytes=size, raw=raw)
+
+
+class OpenAISDKSender(_SDKSender):
+    """Send through an existing ``openai.OpenAI`` client (Chat Completions).
+
+    Build the client with ``max_retries=0`` so the SDK does not resend a body a
+    proxy has just rejected; the Session's recovery does the retrying.
+    """
+
+    wire_format = WireFormat.OPENAI_CHAT
+
+    def _create(self, body: dict[str, Any], headers: Mapping[str, str]) -> Any:
+        kwargs = {**body, **self._extra_kwargs}
+        if headers:
+            kwargs["extra_headers"] = dict(headers)
+        return self._client.chat.completions.create(**kwargs)
+
+
+class AnthropicSDKSender(_SDKSender):
+    """Send through an existing ``anthropic.Anthropic`` client (Messages API).
+
+    Build the client with ``max_retries=0`` so the SDK does not resend a body a
+    proxy has just rejected; the Session's recovery does the retrying.
+    """
+
+    wire_format = WireFormat.ANTHROPIC
+
+    def _create(self, body: dict[str, Any], headers: Mapping[str, str]) -> Any:
+        kwargs = dict(body)
+        extra_body = {k: kwargs.pop(k) for k in ("context_management",) if k in kwargs}
+        kwargs.update(self._extra_kwargs)
+        if extra_body:
+            kwargs["extra_body"] = extra_body
+        if headers:
+            kwargs["extra_headers"] = dict(headers)
+        return self._client.messages.create(**kwargs)

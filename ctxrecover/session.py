@@ -1,0 +1,465 @@
+"""The Session: one conversation, its state, and the turn loop that recovers.
+
+::
+
+    session = Session(sender, policy=Policy.from_env(), archive=DiskArchive(path),
+                      summarizer=..., on_event=StderrRenderer())
+    session.add(Message.user("..."))
+    reply = session.complete()
+
+``complete()`` runs the whole turn: the turn-boundary passes (microcompact,
+dedup of repeated reads), pre-flight, planned compaction (by weight, then by
+real wire bytes under a payload cap), pairing repair and the tool-result budget
+on the outgoing copy, the send, classification, recovery (learned cap, floor
+diagnosis, the ladder, the payload notice) or output escalation, and the retry.
+It returns the assistant message or raises a :class:`~ctxrecover.errors.RecoveryError`
+carrying the classified failure; ``session.history`` stays intact and every
+character cut from it is recallable from ``session.archive``.
+
+Everything the session learns (learned cap, notice flag, back-off, halved tool
+limits, counters, undo stack, calibrated chars-per-token) lives on the instance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
+
+from ctxrecover import catalog
+from ctxrecover.archive import Archive, MemoryArchive
+from ctxrecover.classify import Failure, FailureKind, classify
+from ctxrecover.compactor import CompactionReport, HistoryCompactor
+from ctxrecover.context_editing import context_management_request, mirror_applied_edits
+from ctxrecover.errors import RecoveryExhausted, UnrecoverableFailure
+from ctxrecover.escalation import OutputEscalation
+from ctxrecover.events import Event, EventBus, SessionStats
+from ctxrecover.messages import Message
+from ctxrecover.passes.dedup_reads import dedup_repeated_reads
+from ctxrecover.passes.microcompact import apply_microcompact
+from ctxrecover.passes.pairing import repair_pairing
+from ctxrecover.passes.tool_budget import enforce_tool_result_budget
+from ctxrecover.passes.truncate import CONTEXT_COMPACTED_NOTICE, leading_system_count
+from ctxrecover.policy import DEFAULT_POLICY, Policy
+from ctxrecover.recovery import (
+    PayloadCapState,
+    RecoveryContext,
+    RecoveryLadder,
+    preflight,
+    recover,
+    repair_malformed,
+)
+from ctxrecover.senders import ChatRequest, ChatResponse, Sender
+from ctxrecover.sizes import char_budget, total_weight
+from ctxrecover.summarize import CancelToken, Summarizer
+from ctxrecover.wire import WireFormat, request_size
+
+__all__ = ["Mode", "Session"]
+
+Mode = Literal["agent", "chat"]
+
+PROVIDER_BY_FORMAT: dict[WireFormat, str] = {
+    WireFormat.OPENAI_CHAT: "openai",
+    WireFormat.OPENAI_RESPONSES: "openai",
+    WireFormat.ANTHROPIC: "anthropic",
+    WireFormat.GEMINI: "google",
+    WireFormat.BEDROCK_CONVERSE: "bedrock",
+}
+TRANSIENT_RETRIES = 2
+TRANSIENT_BACKOFF_S = (1.0, 4.0)
+BYTE_FIT_ROUNDS = 3  # planned compaction rounds to bring real wire bytes under a cap
+BYTE_FIT_MARGIN = 0.95
+CALIBRATION_MIN_TOKENS = 200  # ignore tiny requests when calibrating chars per token
+CALIBRATION_WEIGHT = 0.3  # exponential moving average of observed chars per token
+CALIBRATION_BOUNDS = (1.0, 8.0)
+
+
+class Session:
+    """One conversation with a provider, recovering from every recoverable failure.
+
+    ``sender`` is the one-method network seam (:class:`~ctxrecover.senders.HttpxSender`
+    or an SDK adapter); its ``wire_format`` decides how requests are sized.
+    ``mode="chat"`` uses the chat budget (ratio 0.75, keep 10) instead of the
+    agent's (0.60, keep 8). ``sleep`` is injected for transient-network retries.
+    """
+
+    def __init__(
+        self,
+        sender: Sender,
+        *,
+        policy: Policy | None = None,
+        archive: Archive | None = None,
+        summarizer: Summarizer | None = None,
+        on_event: Callable[[Event], Any] | None = None,
+        mode: Mode = "agent",
+        provider: str | None = None,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        tools: Any = None,
+        memory_sink: Callable[[list[Message]], None] | None = None,
+        history: Iterable[Message] = (),
+        stats: SessionStats | None = None,
+        ladder: RecoveryLadder | None = None,
+        transient_retries: int = TRANSIENT_RETRIES,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if mode not in ("agent", "chat"):
+            raise ValueError(f"mode must be 'agent' or 'chat', got {mode!r}")
+        self.sender = sender
+        self.policy = policy or DEFAULT_POLICY
+        self.archive: Archive = archive if archive is not None else MemoryArchive()
+        self.events = EventBus(on_event)
+        self.stats = stats or SessionStats()
+        self.mode: Mode = mode
+        self.wire_format = WireFormat(getattr(sender, "wire_format", WireFormat.OPENAI_CHAT))
+        self.model = model or str(getattr(sender, "model", "") or "")
+        self.provider = provider or PROVIDER_BY_FORMAT[self.wire_format]
+        self.context_window = self.policy.context_window or catalog.context_window(
+            self.provider, self.model, env={}
+        )
+        self.output_cap = min(
+            catalog.max_output_tokens(self.provider, self.model), self.policy.max_output_tokens_cap
+        )
+        self.max_tokens = max_tokens
+        self.tools = tools
+        # Tool definitions ride along with every request: measured once, reserved from the budget.
+        self.reserved_chars = len(json.dumps(tools, ensure_ascii=False)) if tools else 0
+        self.cap_state = PayloadCapState.from_policy(self.policy)
+        self.compactor = HistoryCompactor(
+            self.policy,
+            self.archive,
+            summarizer=summarizer,
+            events=self.events,
+            stats=self.stats,
+            memory_sink=memory_sink,
+        )
+        self.ladder = ladder or RecoveryLadder.default(self.policy)
+        self.escalation = OutputEscalation(self.policy, provider_cap=self.output_cap)
+        self.tool_result_budget_chars = self.policy.tool_result_budget_chars
+        self.tool_result_max_chars = self.policy.tool_result_max_chars
+        self.chars_per_token = self.policy.chars_per_token
+        self.context_editing = (
+            self.policy.context_engine == "provider" and self.wire_format is WireFormat.ANTHROPIC
+        )
+        self._transient_retries = transient_retries
+        self._sleep = sleep
+        self._history: list[Message] = list(history)
+        self._env_reported = False
+
+    # -- state ----------------------------------------------------------------
+    @property
+    def history(self) -> list[Message]:
+        """A copy of the current (compacted) history."""
+        return list(self._history)
+
+    @property
+    def learned_cap(self) -> int | None:
+        """The payload cap learned from a gateway rejection, if any."""
+        return self.cap_state.learned_cap
+
+    @property
+    def payload_cap(self) -> int:
+        """The payload cap in force (configured or learned, the tighter one); 0 = none."""
+        return self.cap_state.effective_cap
+
+    def add(self, message: Message) -> None:
+        """Append one message (a user turn, a tool result, …)."""
+        self._history.append(message)
+
+    def extend(self, messages: Iterable[Message]) -> None:
+        self._history.extend(messages)
+
+    def char_budget(self, budget_ratio: float | None = None) -> int:
+        """The char budget the history must fit at ``budget_ratio`` (the mode's by default)."""
+        ratio = budget_ratio if budget_ratio is not None else self._mode_ratio
+        return char_budget(
+            self.context_window,
+            ratio,
+            chars_per_token=self.chars_per_token,
+            reserved_chars=self.reserved_chars,
+            payload_cap=self.cap_state.effective_cap,
+        )
+
+    @property
+    def _mode_ratio(self) -> float:
+        return self.policy.chat_budget_ratio if self.mode == "chat" else self.policy.budget_ratio
+
+    @property
+    def _keep_recent(self) -> int:
+        return self.policy.chat_keep_recent if self.mode == "chat" else self.policy.keep_recent
+
+    # -- the turn -------------------------------------------------------------
+    def complete(self, *, max_tokens: int | None = None, cancel: CancelToken | None = None) -> Message:
+        """Run one turn and return the assistant's message (appended to the history).
+
+        Raises :class:`~ctxrecover.errors.PayloadFloorError` when the system prompt
+        alone is over what the gateway rejected (no attempt spent),
+        :class:`~ctxrecover.errors.UnrecoverableFailure` for failures compaction
+        cannot fix (auth, rate limit, …), :class:`~ctxrecover.errors.RecoveryExhausted`
+        after the last attempt, and :class:`~ctxrecover.errors.CompactionCancelled`
+        when ``cancel`` fires during compaction (history untouched).
+        """
+        self._report_env_problems()
+        self.stats.turns += 1
+        self.escalation.start_turn()
+        turn_max_tokens = self.escalation.observe_user_override(
+            max_tokens if max_tokens is not None else self.max_tokens
+        )
+        attempts = 0
+        malformed_retried = False
+        transient_left = self._transient_retries
+        while True:
+            request = self._prologue(turn_max_tokens, cancel)
+            self.stats.requests += 1
+            try:
+                response = self.sender.send(request)
+            except Exception as exc:  # every failure is classified, never swallowed
+                failure = classify(
+                    exc,
+                    request_bytes=getattr(exc, "request_bytes", None),
+                    history_chars=total_weight(self._history),
+                )
+                self.stats.rejected_requests += 1
+                if failure.kind is FailureKind.MALFORMED_HISTORY:
+                    # Pairing repair and one retry, never truncation; an unchanged
+                    # history would only resend the same rejected body.
+                    self._history, changed = repair_malformed(self._history, self.archive)
+                    if changed and not malformed_retried:
+                        malformed_retried = True
+                        continue
+                    raise UnrecoverableFailure(
+                        f"malformed history the provider rejects: {failure.evidence}", failure=failure
+                    ) from exc
+                if failure.kind is FailureKind.TRANSIENT_NETWORK and transient_left > 0:
+                    self._sleep(TRANSIENT_BACKOFF_S[min(self._transient_retries - transient_left, 1)])
+                    transient_left -= 1
+                    continue
+                if not failure.recoverable:
+                    raise UnrecoverableFailure(
+                        f"{failure.kind}: {failure.evidence or failure.kind}",
+                        failure=failure,
+                        attempts=attempts,
+                    ) from exc
+                if attempts >= self.policy.max_recovery_attempts:
+                    raise RecoveryExhausted(
+                        f"recovery exhausted after {attempts} attempt(s): "
+                        f"{failure.reason_text or failure.kind}",
+                        failure=failure,
+                        attempts=attempts,
+                    ) from exc
+                self._recover(failure, attempts + 1)
+                attempts += 1
+                continue
+            self._account(request, response)
+            if attempts:
+                self.stats.recoveries += 1
+                attempts = 0
+            if response.truncated:
+                grown = self.escalation.next_max_tokens(turn_max_tokens)
+                if grown is not None:
+                    self.stats.escalations += 1
+                    self._history = self.escalation.continuation(self._history, response.message)
+                    turn_max_tokens = grown
+                    continue
+            self._history.append(response.message)
+            return response.message
+
+    def _prologue(self, max_tokens: int | None, cancel: CancelToken | None) -> ChatRequest:
+        """SPEC §3 order: microcompact, dedup, pre-flight, compaction, then the outgoing copy."""
+        policy, history = self.policy, self._history
+        history, micro = apply_microcompact(
+            history,
+            archive=self.archive,
+            truncate_turns=policy.microcompact_truncate_turns,
+            summarize_turns=policy.microcompact_summarize_turns,
+            head_chars=policy.microcompact_head_chars,
+            tail_chars=policy.microcompact_tail_chars,
+            min_content=policy.microcompact_min_content,
+        )
+        if micro.truncated or micro.summarized:
+            self.events.notice("microcompact", micro.notice)
+        history, _ = dedup_repeated_reads(history, archive=self.archive)
+        self._history = history
+
+        check = preflight(self._request_bytes(history, max_tokens), self.cap_state, policy)
+        if check.notice is not None:
+            self.events.emit(check.notice)
+        budget = self.char_budget(check.budget_ratio_override)
+        if total_weight(self._history) > budget:
+            self._compact_to(budget, "auto", cancel)
+        request = self._outgoing(max_tokens)
+        cap = self.cap_state.effective_cap
+        for _ in range(BYTE_FIT_ROUNDS):
+            size = request_size(
+                request.messages, self.wire_format, model=self.model, max_tokens=max_tokens, tools=self.tools
+            )
+            if not cap or size <= cap:
+                break
+            budget = int(min(budget, total_weight(self._history)) * cap / size * BYTE_FIT_MARGIN)
+            if not self._compact_to(budget, "auto", cancel):
+                break
+            request = self._outgoing(max_tokens)
+        return request
+
+    def _compact_to(
+        self, budget: int, trigger: Literal["auto", "manual"], cancel: CancelToken | None
+    ) -> bool:
+        result = self.compactor.compact(
+            self._history, budget_chars=budget, keep_recent=self._keep_recent, trigger=trigger, cancel=cancel
+        )
+        changed = result.history is not self._history and result.history != self._history
+        self._history = result.history
+        return changed
+
+    def _outgoing(self, max_tokens: int | None) -> ChatRequest:
+        policy = self.policy
+        outgoing, _ = repair_pairing(self._history, archive=self.archive)
+        outgoing, _ = enforce_tool_result_budget(
+            outgoing,
+            archive=self.archive,
+            turn_budget_chars=self.tool_result_budget_chars,
+            max_result_chars=self.tool_result_max_chars,
+            preview_head=min(policy.tool_result_preview_head, self.tool_result_max_chars // 2),
+            preview_tail=min(policy.tool_result_preview_tail, self.tool_result_max_chars // 8),
+            turn_floor=policy.tool_result_turn_floor,
+        )
+        headers: dict[str, str] = {}
+        extra: dict[str, Any] = {}
+        if self.context_editing:
+            headers, extra = context_management_request()
+        return ChatRequest(
+            tuple(outgoing), max_tokens=max_tokens, tools=self.tools, headers=headers, extra=extra
+        )
+
+    def _request_bytes(self, history: Sequence[Message], max_tokens: int | None) -> int:
+        return request_size(
+            history, self.wire_format, model=self.model, max_tokens=max_tokens, tools=self.tools
+        )
+
+    def _floor_bytes(self) -> int:
+        """Real bytes of the non-compactable request base.
+
+        The smallest request the ladder could ever send: the leading system
+        messages, tool definitions and envelope, plus the one-line notice that
+        stands in for a fully compacted history. When the gateway rejected a
+        request no larger than this, no compaction can help (SPEC §6 step 2).
+        """
+        floor = self._history[: leading_system_count(self._history)]
+        floor.append(Message.user(CONTEXT_COMPACTED_NOTICE))
+        return self._request_bytes(floor, self.escalation.max_tokens or self.max_tokens)
+
+    def _recover(self, failure: Failure, attempt: int) -> None:
+        """One recovery attempt (SPEC §6); raises PayloadFloorError before spending it."""
+        ctx = RecoveryContext(
+            policy=self.policy,
+            archive=self.archive,
+            failure=failure,
+            tool_result_budget_chars=self.tool_result_budget_chars,
+            tool_result_max_chars=self.tool_result_max_chars,
+        )
+        result = recover(
+            self._history,
+            failure,
+            attempt,
+            ladder=self.ladder,
+            ctx=ctx,
+            cap_state=self.cap_state,
+            system_bytes=self._floor_bytes(),
+            events=self.events,
+            before_rewrite=self.compactor.prepare_rewrite,
+        )
+        self.stats.recovery_attempts += 1
+        if result.report.changed:
+            self.compactor.record_rewrite(result.history)
+        else:
+            self.compactor.discard_snapshot()
+        self._history = result.history
+        self.tool_result_budget_chars = result.tool_result_budget_chars
+        self.tool_result_max_chars = result.tool_result_max_chars
+
+    def _account(self, request: ChatRequest, response: ChatResponse) -> None:
+        usage = response.usage
+        self.stats.provider_input_tokens += (
+            usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        )
+        self.stats.provider_output_tokens += usage.output_tokens
+        edited = False
+        if self.context_editing:
+            self._history, report = mirror_applied_edits(self._history, response.raw, archive=self.archive)
+            if report.applied:
+                edited = True
+                self.stats.cache_rebuilds_expected += 1
+                self.events.notice(
+                    "context_editing",
+                    f"ℹ provider context editing cleared {report.cleared_tool_uses} tool result(s), "
+                    f"{report.cleared_input_tokens} tokens — mirrored locally (recoverable via @recall)",
+                )
+        prompt_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        if not edited and prompt_tokens >= CALIBRATION_MIN_TOKENS:
+            chars = total_weight(request.messages) + self.reserved_chars
+            observed = chars / prompt_tokens
+            low, high = CALIBRATION_BOUNDS
+            blended = (1 - CALIBRATION_WEIGHT) * self.chars_per_token + CALIBRATION_WEIGHT * observed
+            self.chars_per_token = min(high, max(low, blended))
+
+    def _report_env_problems(self) -> None:
+        if self._env_reported:
+            return
+        self._env_reported = True
+        for problem in self.policy.env_problems:
+            self.events.notice("config", problem)
+
+    # -- manual compaction ------------------------------------------------------
+    def compact(
+        self, instruction: str | None = None, *, cancel: CancelToken | None = None
+    ) -> CompactionReport:
+        """``/compact [instruction]``: compact now at the manual budget ratio (0.50).
+
+        With an instruction, a guided summary that keeps the last 4 messages.
+        """
+        budget = self.char_budget(self.policy.manual_budget_ratio)
+        keep = 4 if instruction else self._keep_recent
+        result = self.compactor.compact(
+            self._history,
+            budget_chars=budget,
+            keep_recent=keep,
+            trigger="manual",
+            cancel=cancel,
+            instruction=instruction,
+        )
+        self._history = result.history
+        return result.report
+
+    def undo_compaction(self) -> bool:
+        """Restore the history from before the newest compaction; False when there is none."""
+        snapshot = self.compactor.undo()
+        if snapshot is None:
+            return False
+        self._history = snapshot
+        return True
+
+    # -- persistence --------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """What persists with the session: history, counters, learned cap, notice flags."""
+        return {
+            "history": [m.to_dict() for m in self._history],
+            "stats": self.stats.to_dict(),
+            "cap_state": dataclasses.asdict(self.cap_state),
+            "chars_per_token": self.chars_per_token,
+            "tool_result_budget_chars": self.tool_result_budget_chars,
+            "tool_result_max_chars": self.tool_result_max_chars,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load what :meth:`state` saved (into a session built with the same sender and policy)."""
+        self._history = [Message.from_dict(d) for d in state.get("history", [])]
+        self.stats = SessionStats.from_dict(state.get("stats", {}))
+        self.compactor.stats = self.stats
+        self.cap_state = PayloadCapState(**state.get("cap_state", {}))
+        self.chars_per_token = float(state.get("chars_per_token", self.chars_per_token))
+        self.tool_result_budget_chars = int(
+            state.get("tool_result_budget_chars", self.tool_result_budget_chars)
+        )
+        self.tool_result_max_chars = int(state.get("tool_result_max_chars", self.tool_result_max_chars))
