@@ -163,6 +163,10 @@ class PayloadCapState:
         caps = [c for c in (self.configured_cap, self.learned_cap) if c]
         return min(caps) if caps else 0
 
+    def observe_accepted(self, request_bytes: int) -> None:
+        """A request of ``request_bytes`` went through. The ¾ rule ignores it;
+        other cap-learning strategies (e.g. bisection) override this."""
+
     def learn(self, failure: Failure, *, policy: Policy) -> list[Notice]:
         """Learn from a payload failure; return the notices to show (none for other kinds).
 

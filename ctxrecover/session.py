@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from ctxrecover import catalog
@@ -53,10 +54,16 @@ from ctxrecover.recovery import (
 )
 from ctxrecover.senders import ChatRequest, ChatResponse, Sender
 from ctxrecover.sizes import char_budget, total_weight
-from ctxrecover.summarize import CancelToken, Summarizer
+from ctxrecover.summarize import (
+    CancelToken,
+    ContextEngine,
+    ContextEngineSummarizer,
+    HttpSummarizer,
+    Summarizer,
+)
 from ctxrecover.wire import WireFormat, request_size
 
-__all__ = ["Mode", "Session"]
+__all__ = ["Mode", "Session", "resolve_summarizer"]
 
 Mode = Literal["agent", "chat"]
 
@@ -74,6 +81,34 @@ BYTE_FIT_MARGIN = 0.95
 CALIBRATION_MIN_TOKENS = 200  # ignore tiny requests when calibrating chars per token
 CALIBRATION_WEIGHT = 0.3  # exponential moving average of observed chars per token
 CALIBRATION_BOUNDS = (1.0, 8.0)
+
+
+def resolve_summarizer(
+    policy: Policy,
+    summarizer: Summarizer | None,
+    context_engine: ContextEngine | None = None,
+    *,
+    env: Mapping[str, str] = os.environ,
+) -> Summarizer | None:
+    """The level-2 summarizer a session uses (SPEC §5 "Summarizer choice").
+
+    The given ``summarizer`` or, when ``policy.compact_model`` is set, a dedicated
+    OpenAI-compatible :class:`~ctxrecover.summarize.HttpSummarizer` (base URL and key
+    from ``env``). An external context engine — ``context_engine`` (a callable
+    implementing ``context_compact``) or an http(s) URL in ``policy.context_engine`` —
+    goes first and falls back to that summarizer on error, timeout or empty answer.
+    ``CHATCLI_CONTEXT_ENGINE=mcp:<server>`` needs the MCP tool passed as
+    ``context_engine``; ``provider`` means Anthropic context editing, not a summarizer.
+    """
+    built_in = summarizer
+    if built_in is None and policy.compact_model:
+        built_in = HttpSummarizer.from_env({**env, "CHATCLI_COMPACT_MODEL": policy.compact_model})
+    engine: ContextEngine | str | None = context_engine
+    if engine is None and policy.context_engine and policy.context_engine.startswith(("http://", "https://")):
+        engine = policy.context_engine
+    if engine is None:
+        return built_in
+    return ContextEngineSummarizer(engine, fallback=built_in, timeout=policy.summarizer_timeout_s)
 
 
 class Session:
@@ -102,6 +137,10 @@ class Session:
         history: Iterable[Message] = (),
         stats: SessionStats | None = None,
         ladder: RecoveryLadder | None = None,
+        compactor: HistoryCompactor | None = None,
+        cap_state: PayloadCapState | None = None,
+        context_engine: ContextEngine | None = None,
+        env: Mapping[str, str] | None = None,
         transient_retries: int = TRANSIENT_RETRIES,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -126,11 +165,13 @@ class Session:
         self.tools = tools
         # Tool definitions ride along with every request: measured once, reserved from the budget.
         self.reserved_chars = len(json.dumps(tools, ensure_ascii=False)) if tools else 0
-        self.cap_state = PayloadCapState.from_policy(self.policy)
-        self.compactor = HistoryCompactor(
+        self.cap_state = cap_state or PayloadCapState.from_policy(self.policy)
+        self.compactor = compactor or HistoryCompactor(
             self.policy,
             self.archive,
-            summarizer=summarizer,
+            summarizer=resolve_summarizer(
+                self.policy, summarizer, context_engine, env=os.environ if env is None else env
+            ),
             events=self.events,
             stats=self.stats,
             memory_sink=memory_sink,
@@ -253,6 +294,7 @@ class Session:
                 attempts += 1
                 continue
             self._account(request, response)
+            self.cap_state.observe_accepted(response.request_bytes)
             if attempts:
                 self.stats.recoveries += 1
                 attempts = 0
