@@ -16,6 +16,16 @@ from ctxrecover.passes.dedup_reads import (
     parse_cat_n,
     parse_file_blocks,
 )
+from ctxrecover.passes.floor import (
+    InjectionResult,
+    SkillAgingReport,
+    SkillBlock,
+    SkillInjector,
+    age_skill_blocks,
+    describe_tool,
+    one_line_description,
+    tool_catalog_index,
+)
 from ctxrecover.passes.microcompact import MicrocompactReport, apply_microcompact, content_kind
 from ctxrecover.passes.pairing import PairingReport, repair_pairing, validate_pairing
 from ctxrecover.passes.shrink import ShrinkReport, shrink_to_budget
@@ -34,31 +44,39 @@ from ctxrecover.passes.truncate import (
 )
 
 __all__ = [
-    "CapReport",
     "DEFAULT_READ_PARSERS",
+    "CapReport",
     "DedupReport",
     "EmergencyReport",
+    "InjectionResult",
     "KeepLastReport",
     "MicrocompactReport",
     "PairingReport",
     "ReadBlock",
     "ReadParser",
     "ShrinkReport",
+    "SkillAgingReport",
+    "SkillBlock",
+    "SkillInjector",
     "ToolBudgetReport",
     "TrimReport",
+    "age_skill_blocks",
     "apply_microcompact",
     "cap_assistant_messages",
     "content_kind",
     "dedup_repeated_reads",
+    "describe_tool",
     "emergency_truncate",
     "enforce_tool_result_budget",
     "keep_last",
+    "one_line_description",
     "parse_cat_n",
     "parse_file_blocks",
     "render_transcript",
     "repair_pairing",
     "shrink_to_budget",
     "snap_to_tool_boundary",
+    "tool_catalog_index",
     "tool_result_preview",
     "trim_history",
     "truncate_head_tail",
