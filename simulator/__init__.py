@@ -1,0 +1,1 @@
+"""The ctxrecover fault-injection simulator: mock providers, proxy middleboxes, transcript replay."""
