@@ -103,20 +103,23 @@ def _is_format_error(msg: Message) -> bool:
 
 
 def _trim_assistant(content: str, archive: Archive) -> str:
-    """The stripped assistant content, or ``content`` itself when stripping saves nothing."""
+    """The stripped assistant content with its recall marker, or ``content`` itself.
+
+    Any change — reasoning blocks removed or blank lines collapsed — archives the
+    original and appends its marker, so nothing is lost; a change that would not
+    pay for its marker is not made.
+    """
     stripped, removed = _STRIPPED_BLOCK_RE.subn("", content)
     stripped = _EXCESS_NEWLINES_RE.sub("\n\n", stripped)
     if removed:
         stripped = stripped.strip()
-        joined_length = len(stripped) + _SUFFIX_LENGTH - (0 if stripped else 1)
-        if joined_length >= len(content):
-            return content
-        suffix = recall_suffix(archive.put(content))
-        return stripped + suffix if stripped else suffix.lstrip("\n")
     if stripped == content:
         return content
-    archive.put(content)
-    return stripped
+    joined_length = len(stripped) + _SUFFIX_LENGTH - (0 if stripped else 1)
+    if joined_length >= len(content):
+        return content
+    suffix = recall_suffix(archive.put(content))
+    return stripped + suffix if stripped else suffix.lstrip("\n")
 
 
 def _trim_feedback(

@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from ctxrecover.archive import MemoryArchive
 from ctxrecover.events import PreCompact, StatusEvent
-from ctxrecover.messages import Message
 from ctxrecover.policy import DEFAULT_POLICY
 from simulator.generate import generate_session
-from simulator.metrics import chars_lost
 from simulator.replay import ReplayResult, expectation_problems, replay
 from simulator.schedule import list_scenarios, load_scenario
 from simulator.transcripts import Transcript, load_transcript
@@ -66,20 +61,6 @@ CASES: dict[str, Case] = {
     "summarizer-refuses": Case("coding-120k"),
 }
 
-# Trim (planned compaction Level 1) collapses runs of 3+ newlines in assistant messages and archives
-# the original without a recall marker, so the strict probe counts those messages as lost; every
-# generated fixture plants such runs. See test_the_only_losses_are_trims_newline_collapse.
-TRIM_COLLAPSE_REASON = (
-    "ctxrecover.passes.trim collapses 3+ newlines without a recall marker: the archived original is "
-    "unreachable, so chars_lost counts the message"
-)
-TRIM_COLLAPSES = frozenset(
-    {"cloudflare-waf-403", "corporate-128k-waf", "eof-mid-post-512k", "nginx-1m-413", "summarizer-overflows",
-     "summarizer-refuses"}
-)
-EXCESS_NEWLINES = re.compile(r"\n\n\n+")
-
-
 @functools.cache
 def run(name: str, transport: str = "inprocess") -> ReplayResult:
     case = CASES[name]
@@ -103,41 +84,13 @@ def test_every_bundled_scenario_has_a_case() -> None:
 def test_scenario_meets_its_expectation(name: str) -> None:
     result = run(name)
 
-    problems = [p for p in expectation_problems(result) if not p.endswith(" chars lost")]
-    assert problems == []
+    assert expectation_problems(result) == []
     assert result.divergences == 0
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=TRIM_COLLAPSE_REASON))
-     if name in TRIM_COLLAPSES else name for name in sorted(CASES)],
-)
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_scenario_loses_no_character(name: str) -> None:
     assert run(name).chars_lost == 0
-
-
-class _CollapsedArchive(MemoryArchive):
-    """A copy of an archive with trim's newline collapse applied to every entry, under the same keys."""
-
-    def __init__(self, archive: MemoryArchive) -> None:
-        super().__init__()
-        self.entries = {key: EXCESS_NEWLINES.sub("\n\n", archive.get(key) or "") for key in archive.keys()}
-
-    def get(self, key: str) -> str | None:
-        return self.entries.get(key)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_the_only_losses_are_trims_newline_collapse(name: str) -> None:
-    result = run(name)
-
-    def collapse(messages: Sequence[Message]) -> list[Message]:
-        return [m.replace(content=EXCESS_NEWLINES.sub("\n\n", m.content)) for m in messages]
-
-    archive = _CollapsedArchive(result.archive)
-    lost = chars_lost(collapse(result.conversation), collapse(result.final_history), archive)
-    assert lost == 0
 
 
 # -- what each scenario shows ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 from ctxrecover.archive import MemoryArchive, archive_key, extract_keys, recall
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.passes.trim import trim_history
+from ctxrecover.passes.truncate import recall_suffix
 from ctxrecover.sizes import total_weight
 
 
@@ -73,13 +74,21 @@ def test_trim_strips_reasoning_and_explanation_blocks(content: str, kept: str) -
     assert_nothing_lost(history, out, store)
 
 
-def test_trim_collapses_blank_lines_without_a_marker() -> None:
-    content = "one\n\n\n\n\ntwo\n\n\nthree"
+def test_trim_collapses_blank_lines_with_a_recall_marker() -> None:
+    content = "one" + "\n" * 200 + "two\n\n\nthree"
     store = MemoryArchive()
     out, report = trim_history([Message.assistant(content)], archive=store)
-    assert out[0].content == "one\n\ntwo\n\nthree"
-    assert store.get(archive_key(content)) == content, "the original is archived all the same"
-    assert report.chars_saved == 4
+    key = archive_key(content)
+    assert out[0].content == "one\n\ntwo\n\nthree" + recall_suffix(key)
+    assert store.get(key) == content
+    assert report.chars_saved == len(content) - len(out[0].content)
+
+
+def test_trim_leaves_blank_lines_when_collapsing_would_not_pay_for_the_marker() -> None:
+    history = [Message.assistant("one\n\n\n\n\ntwo\n\n\nthree")]
+    store = MemoryArchive()
+    out, report = trim_history(history, archive=store)
+    assert out is history and report.messages_changed == 0 and len(store) == 0
 
 
 def test_trim_skips_a_strip_that_would_not_save_anything() -> None:
@@ -237,11 +246,11 @@ def test_trim_whole_history_is_lossless_and_idempotent() -> None:
     out, report = trim_history(history, archive=store)
     assert history == snapshot
     assert out[0] is history[0] and out[1] is history[1] and out[3] is history[3]
-    assert report.messages_changed == 5 and report.format_errors_dropped == 1
+    assert report.messages_changed == 4 and report.format_errors_dropped == 1
     assert report.chars_saved == total_weight(history) - total_weight(out) > 9000
-    assert out[-1].content == "Done.\n\nBye."
+    assert out[-1] is history[-1], "collapsing two blank lines would not pay for a recall marker"
     texts = reachable_texts(out, store)
-    for msg in history[:-1]:
+    for msg in history:
         assert any(msg.content in t for t in texts)
     again, second = trim_history(out, archive=store)
     assert again is out and second == second.__class__()
