@@ -47,6 +47,8 @@ __all__ = [
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_TIMEOUT_S = 600.0
+# Keyword arguments of an SDK ``create`` call that are request options, not body fields.
+SDK_REQUEST_OPTIONS: frozenset[str] = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,10 +236,30 @@ def _dump(result: Any) -> dict[str, Any]:
     raise TypeError(f"unexpected SDK result type {type(result).__name__}")
 
 
+def _sent_bytes(exc: BaseException) -> int | None:
+    """The Content-Length of the request an SDK error carries (what the SDK really sent)."""
+    try:
+        value = exc.request.headers.get("content-length")  # type: ignore[attr-defined]
+        return int(value) if value is not None else None
+    except Exception:  # no request (raised before sending) or not an httpx-like one
+        return None
+
+
 class _SDKSender:
-    """Shared body of the SDK adapters: render, call, parse, wrap failures."""
+    """Shared body of the SDK adapters: render, call, parse, wrap failures.
+
+    ``extra_kwargs`` go to every ``create`` call: body fields (``temperature``,
+    ``metadata``, …) and the SDK's request options (``extra_headers``,
+    ``extra_query``, ``extra_body``, ``timeout``), merged with the request's own.
+    ``request_bytes`` is the size of the body the SDK posts: the rendered body
+    plus the extra body fields (both SDKs serialise compact UTF-8 JSON, as
+    :func:`~ctxrecover.wire.encode_body` does); on a failure, the Content-Length
+    of the request the SDK error carries, when it has one.
+    """
 
     wire_format: WireFormat
+    # Body fields the SDK's ``create`` has no parameter for: sent through ``extra_body``.
+    extra_body_fields: tuple[str, ...] = ()
 
     def __init__(self, client: Any, *, model: str, extra_kwargs: Mapping[str, Any] | None = None) -> None:
         self._client = client
@@ -254,15 +276,43 @@ class _SDKSender:
             extra=request.extra or None,
         )
 
-    def _create(self, body: dict[str, Any], headers: Mapping[str, str]) -> Any:
+    def _kwargs(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+        """The ``create`` keyword arguments: body fields, then the merged request options."""
+        kwargs = {**body, **self._extra_kwargs}
+        extra_body = {
+            **(self._extra_kwargs.get("extra_body") or {}),
+            **{name: kwargs.pop(name) for name in self.extra_body_fields if name in kwargs},
+        }
+        extra_headers = {**(self._extra_kwargs.get("extra_headers") or {}), **headers}
+        kwargs.pop("extra_body", None)
+        kwargs.pop("extra_headers", None)
+        if extra_body:
+            kwargs["extra_body"] = extra_body
+        if extra_headers:
+            kwargs["extra_headers"] = extra_headers
+        return kwargs
+
+    @staticmethod
+    def _wire_size(body: Mapping[str, Any], kwargs: Mapping[str, Any]) -> int:
+        """Bytes of the JSON body the SDK builds from ``kwargs`` (``extra_body`` merged last)."""
+        wire = {k: v for k, v in kwargs.items() if k not in SDK_REQUEST_OPTIONS}
+        try:
+            wire.update(kwargs.get("extra_body") or {})
+            return len(encode_body(wire))
+        except (TypeError, ValueError):  # an extra value only the SDK can serialise
+            return len(encode_body(body))
+
+    def _create(self, kwargs: dict[str, Any]) -> Any:
         raise NotImplementedError
 
     def send(self, request: ChatRequest) -> ChatResponse:
         body = self._body(request)
-        size = len(encode_body(body))
+        kwargs = self._kwargs(body, request.headers)
+        size = self._wire_size(body, kwargs)
         try:
-            result = self._create(body, request.headers)
+            result = self._create(kwargs)
         except Exception as exc:  # SDK errors of every generation; classify reads the cause chain
+            size = _sent_bytes(exc) or size
             raise SendFailed(f"{type(exc).__name__}: {exc}", request_bytes=size) from exc
         raw = _dump(result)
         return ChatResponse.from_parsed(parse_response(self.wire_format, raw), request_bytes=size, raw=raw)
@@ -277,10 +327,7 @@ class OpenAISDKSender(_SDKSender):
 
     wire_format = WireFormat.OPENAI_CHAT
 
-    def _create(self, body: dict[str, Any], headers: Mapping[str, str]) -> Any:
-        kwargs = {**body, **self._extra_kwargs}
-        if headers:
-            kwargs["extra_headers"] = dict(headers)
+    def _create(self, kwargs: dict[str, Any]) -> Any:
         return self._client.chat.completions.create(**kwargs)
 
 
@@ -292,13 +339,7 @@ class AnthropicSDKSender(_SDKSender):
     """
 
     wire_format = WireFormat.ANTHROPIC
+    extra_body_fields = ("context_management",)
 
-    def _create(self, body: dict[str, Any], headers: Mapping[str, str]) -> Any:
-        kwargs = dict(body)
-        extra_body = {k: kwargs.pop(k) for k in ("context_management",) if k in kwargs}
-        kwargs.update(self._extra_kwargs)
-        if extra_body:
-            kwargs["extra_body"] = extra_body
-        if headers:
-            kwargs["extra_headers"] = dict(headers)
+    def _create(self, kwargs: dict[str, Any]) -> Any:
         return self._client.messages.create(**kwargs)

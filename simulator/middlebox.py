@@ -13,6 +13,11 @@ faults. For each request it decides, as data, what the middlebox does:
 really reset or close the socket; calling the middlebox in-process acts on it
 and raises the httpx transport error a client would see (``ReadError`` on a
 reset, ``RemoteProtocolError`` on a close without response, ``ReadTimeout``).
+``decide_headers(method, path, headers, content_length, turn)`` decides from the
+request head alone when the first fault that can fire only needs the declared
+size (:class:`BodyCap`, :class:`HeaderCap`, :class:`ResetAfter`): the loopback
+server then answers before reading the body, or resets mid-POST after
+``n_bytes``, while the client is still sending.
 
 The first fault whose conditions hold fires: ``from_turn`` ≤ turn ≤
 ``until_turn``, request body ≥ ``min_bytes``, the fault's own trigger (body or
@@ -194,6 +199,9 @@ class Fault(ABC):
     """
 
     kind: ClassVar[str] = ""
+    # True when the trigger needs only the declared body size and the headers, so the
+    # fault can act as soon as the request head is in (see Middlebox.decide_headers).
+    at_headers: ClassVar[bool] = False
     probability: float = 1.0
     from_turn: int = 1
     until_turn: int | None = None
@@ -215,11 +223,14 @@ class Fault(ABC):
 
     def applies(self, request: httpx.Request, body_bytes: int, turn: int) -> bool:
         """Whether every condition except the probability draw holds."""
+        return self.gated_in(body_bytes, turn) and self._triggered(request, body_bytes)
+
+    def gated_in(self, body_bytes: int, turn: int) -> bool:
+        """Whether the shared conditions (turn range, ``min_bytes``) hold; the trigger is not looked at."""
         return (
             turn >= self.from_turn
             and (self.until_turn is None or turn <= self.until_turn)
             and body_bytes >= self.min_bytes
-            and self._triggered(request, body_bytes)
         )
 
     def _triggered(self, request: httpx.Request, body_bytes: int) -> bool:
@@ -248,6 +259,7 @@ class BodyCap(Fault):
     """Bodies over ``limit`` bytes get a 413 page: ``response`` names one of :data:`BODY_CAP_PAGES`."""
 
     kind: ClassVar[str] = "body-cap"
+    at_headers: ClassVar[bool] = True
     limit: int
     response: str = "nginx"
 
@@ -262,6 +274,11 @@ class BodyCap(Fault):
         return _respond(BODY_CAP_PAGES[self.response], ids)
 
 
+def _head_url(path: str, headers: list[tuple[str, str]]) -> str:
+    host = next((value for name, value in headers if name.lower() == "host"), "localhost")
+    return f"http://{host}{path}"
+
+
 def header_bytes(request: httpx.Request) -> int:
     """Size of the request line and headers as sent on the wire (HTTP/1.1)."""
     line = len(request.method) + len(request.url.raw_path) + len(" HTTP/1.1\r\n") + 1
@@ -273,6 +290,7 @@ class HeaderCap(Fault):
     """Requests whose request line and headers exceed ``limit`` bytes get 431."""
 
     kind: ClassVar[str] = "header-cap"
+    at_headers: ClassVar[bool] = True
     limit: int
 
     def _check(self) -> None:
@@ -349,9 +367,14 @@ class ConnectionFault(Fault):
 
 @dataclass(frozen=True, slots=True)
 class ResetAfter(ConnectionFault):
-    """Reset the TCP connection after ``n_bytes`` body bytes (only bodies longer than that)."""
+    """Reset the TCP connection after ``n_bytes`` body bytes (only bodies longer than that).
+
+    Over loopback, a request declaring a longer Content-Length is reset mid-POST:
+    the server stops reading at ``n_bytes`` while the client is still sending.
+    """
 
     kind: ClassVar[str] = "reset-after"
+    at_headers: ClassVar[bool] = True
     n_bytes: int
 
     def _check(self) -> None:
@@ -475,14 +498,57 @@ class Middlebox:
             turn = self._turn_of(request) if self._turn_of else self.requests
         body_bytes = len(request.read())
         for fault in self.faults:
-            if not fault.applies(request, body_bytes, turn) or fault.probability <= 0.0:
-                continue
-            if fault.probability < 1.0 and self._draws.random() >= fault.probability:
-                continue
-            decision = fault.action(request, self._page_ids(request))
-            self.rejections.append(Rejection(turn, fault.kind, body_bytes, decision))
-            return decision
+            if self._fires(fault, request, body_bytes, turn):
+                return self._reject(fault, request, body_bytes, turn)
         return FORWARD
+
+    def decide_headers(
+        self,
+        method: str,
+        path: str,
+        headers: Iterable[tuple[str, str]] | Mapping[str, str],
+        content_length: int | None,
+        turn: int | None = None,
+    ) -> Respond | ConnectionFault | None:
+        """What the middlebox does as soon as the request head is in, or None to wait for the body.
+
+        Faults are walked in order as :meth:`decide` walks them, sized by the
+        declared ``content_length``. When the first one that fires acts at the
+        head (``at_headers``: a body cap, a header cap, a reset after N bytes), its
+        decision is returned, counted and recorded like :meth:`decide`'s. Otherwise
+        — a fault that may fire needs the body, nothing fires, or the length is
+        unknown (chunked) — the answer is None and nothing is counted or drawn, so
+        :meth:`decide` on the full request then decides exactly as it would have.
+        """
+        if content_length is None:
+            return None
+        pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
+        request = httpx.Request(method, _head_url(path, pairs), headers=pairs)
+        if turn is None:
+            turn = self._turn_of(request) if self._turn_of else self.requests + 1
+        draws = self._draws.getstate()
+        for fault in self.faults:
+            if not fault.at_headers:
+                if fault.gated_in(content_length, turn) and fault.probability > 0.0:
+                    break  # it may fire once the body is in: only decide() can tell
+                continue
+            if self._fires(fault, request, content_length, turn):
+                self.requests += 1
+                return self._reject(fault, request, content_length, turn)
+        self._draws.setstate(draws)  # decide() redraws the same numbers
+        return None
+
+    def _fires(self, fault: Fault, request: httpx.Request, body_bytes: int, turn: int) -> bool:
+        if not fault.applies(request, body_bytes, turn) or fault.probability <= 0.0:
+            return False
+        return fault.probability >= 1.0 or self._draws.random() < fault.probability
+
+    def _reject(
+        self, fault: Fault, request: httpx.Request, body_bytes: int, turn: int
+    ) -> Respond | ConnectionFault:
+        decision = fault.action(request, self._page_ids(request))
+        self.rejections.append(Rejection(turn, fault.kind, body_bytes, decision))
+        return decision
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         decision = self.decide(request)

@@ -76,6 +76,9 @@ DEFAULT_START_TIMEOUT_S = 5.0
 DEFAULT_STOP_TIMEOUT_S = 5.0
 LINGER_S = 2.0  # like nginx's lingering close: drain an unread body so the client can read our answer
 READ_CHUNK_BYTES = 64 * 1024
+# Heads are read in small chunks so that little body comes in with them: a reset after
+# N body bytes then stops reading at N (at most this far past it when N is tiny).
+HEAD_CHUNK_BYTES = 4 * 1024
 
 HOP_BY_HOP_HEADERS = frozenset(
     {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
@@ -89,7 +92,7 @@ OUTCOMES: Mapping[str, str] = MappingProxyType({
     "answered": "the handler (or the middlebox's upstream) answered",
     "forwarded": "relayed from the upstream URL",
     "responded": "the middlebox answered itself (413, 431, 403 page, 429)",
-    "reset-after": "TCP reset (SO_LINGER 0) after the body",
+    "reset-after": "TCP reset (SO_LINGER 0) after n_bytes of the body (mid-POST when declared longer)",
     "close-after-body": "closed after the body without a response",
     "slow-close": "silent, then closed without a response",
     "idle-timeout": "silent until the client gave up (or the server's max fault delay)",
@@ -106,7 +109,12 @@ Handler = Callable[[httpx.Request], httpx.Response]
 
 
 class DecidingApp(Protocol):
-    """A middlebox-like app: decides per request, forwards to ``upstream``."""
+    """A middlebox-like app: decides per request, forwards to ``upstream``.
+
+    It may also have ``decide_headers(method, path, headers, content_length, turn)``
+    returning a decision from the request head alone, or None to wait for the body
+    (see :meth:`simulator.middlebox.Middlebox.decide_headers`).
+    """
 
     upstream: Handler | None
 
@@ -170,7 +178,13 @@ def respx_router(handler: Handler, base_url: str = DEFAULT_MOCK_BASE_URL) -> res
 
 @dataclass(frozen=True, slots=True)
 class ExchangeRecord:
-    """One request the loopback server received and what it did (``outcome``: see :data:`OUTCOMES`)."""
+    """One request the loopback server received and what it did (``outcome``: see :data:`OUTCOMES`).
+
+    ``body_bytes`` counts the body bytes the server consumed before it answered or
+    dropped the connection; ``content_length`` is the size the client declared
+    (None when chunked or absent). A decision taken at the head (a 413 by
+    Content-Length, a reset after N bytes) leaves ``body_bytes`` below it.
+    """
 
     turn: int
     method: str
@@ -179,6 +193,7 @@ class ExchangeRecord:
     outcome: str
     status: int | None
     detail: str = ""
+    content_length: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +227,15 @@ def _head_bytes(head: h11.Request) -> int:
     return line + sum(len(name) + len(value) + 4 for name, value in head.headers) + 2
 
 
+def _content_length(head: h11.Request) -> int | None:
+    """The declared body size (h11 has validated it); None for a chunked body."""
+    headers = dict(head.headers)
+    if b"transfer-encoding" in headers:
+        return None
+    value = headers.get(b"content-length")
+    return int(value) if value is not None else 0
+
+
 def _text_reply(status: int, text: str) -> _Reply:
     return _Reply(status, ((b"content-type", b"text/plain; charset=utf-8"),), text.encode())
 
@@ -239,6 +263,11 @@ def _reply_of(response: httpx.Response, limit: int) -> _Reply:
     if b"close" in response.headers.get("connection", "").lower().encode():
         headers += ((b"connection", b"close"),)
     return _Reply(response.status_code, headers, body)
+
+
+def _reply_of_decision(decision: Respond) -> _Reply:
+    headers = tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in decision.headers)
+    return _Reply(decision.status, headers, decision.body)
 
 
 def _fault_of(error: httpx.TransportError, max_delay_s: float) -> ConnectionFault:
@@ -275,7 +304,11 @@ class LoopbackServer:
     ``app`` is a handler, called in a worker thread, or a middlebox-like object
     with ``decide(request, turn)``: the server reads the body (``decide`` looks
     at it), then answers, forwards, resets (RST via ``SO_LINGER`` 0), closes,
-    closes slowly or stays silent, as decided. ``turn`` is the 1-based index of
+    closes slowly or stays silent, as decided. When the app also has
+    ``decide_headers`` and it decides from the head, the server acts before the
+    body is in: it answers at once (draining the body, like nginx's 413 by
+    Content-Length) or reads ``n_bytes`` and resets while the client is still
+    sending (a true mid-POST reset). ``turn`` is the 1-based index of
     the request on this server, or the ``x-ctxsim-turn`` header when present.
     Forwarded requests go to ``upstream`` (an ``http(s)://`` URL, relayed with
     ``trust_env=False``) when given, else to ``app.upstream``; ``app`` may be None
@@ -459,17 +492,18 @@ class LoopbackServer:
             self._tasks.discard(task)
             writer.close()
 
-    async def _next_event(self, conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
+    async def _next_event(self, conn: h11.Connection, reader: asyncio.StreamReader,
+                          max_read: int = READ_CHUNK_BYTES) -> Any:
         while (event := conn.next_event()) is h11.NEED_DATA:
             async with asyncio.timeout(self.read_timeout_s):
-                conn.receive_data(await reader.read(READ_CHUNK_BYTES))
+                conn.receive_data(await reader.read(max_read))
         return event
 
     async def _exchange(self, conn: h11.Connection, reader: asyncio.StreamReader,
                         writer: asyncio.StreamWriter, *, busy: bool) -> bool:
         """Serve one request; True keeps the connection for the next one."""
         try:
-            head = await self._next_event(conn, reader)
+            head = await self._next_event(conn, reader, HEAD_CHUNK_BYTES)
         except h11.RemoteProtocolError as error:
             status, detail = error.error_status_hint, str(error)
             if status == 431:
@@ -481,13 +515,26 @@ class LoopbackServer:
             return False
         self._requests += 1
         method, target = head.method.decode("ascii"), head.target.decode("ascii", "replace")
-        record = self._recorder(method, target)
+        content_length = _content_length(head)
+        record = self._recorder(method, target, content_length)
         try:
             if _head_bytes(head) > self.max_head_bytes:
                 raise _BadRequest(self._head_too_large, 431)
             turn = self._turn(head)
             if busy:
                 raise _BadRequest(f"server busy: more than {self.max_connections} connections", 503)
+            decide_headers = getattr(self.app, "decide_headers", None) if self._deciding else None
+            if decide_headers is not None:
+                headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers]
+                try:
+                    early = await self._in_worker(decide_headers, method, target, headers, content_length,
+                                                  turn)
+                except Exception as error:
+                    await self._handler_failed(conn, reader, writer, error, record, turn, 0)
+                    return False
+                if early is not None:
+                    await self._act_at_head(conn, reader, writer, early, record, turn)
+                    return False
             body = await self._read_body(conn, reader, writer)
         except _BadRequest as error:
             outcome = {413: "body-too-large", 503: "busy"}.get(error.status, "bad-request")
@@ -508,17 +555,11 @@ class LoopbackServer:
         except httpx.TransportError as error:  # a handler faulting in-process: do it for real
             decision = _fault_of(error, self.max_fault_delay_s)
         except Exception as error:  # any handler bug becomes an answer the client can read
-            status, outcome = next((status, outcome) for kind, status, outcome in HANDLER_FAILURES
-                                   if isinstance(error, kind))
-            detail = str(error) or type(error).__name__
-            record(turn, len(body), outcome, status, detail)
-            await self._fault_reply(conn, reader, writer, _text_reply(status, f"{outcome}: {detail}\n"))
+            await self._handler_failed(conn, reader, writer, error, record, turn, len(body))
             return False
         if isinstance(decision, Respond):
-            reply = _Reply(decision.status, tuple((k.encode("latin-1"), v.encode("latin-1"))
-                                                  for k, v in decision.headers), decision.body)
             record(turn, len(body), "responded", decision.status)
-            await self._fault_reply(conn, reader, writer, reply)
+            await self._fault_reply(conn, reader, writer, _reply_of_decision(decision))
             return False
         if isinstance(decision, ConnectionFault):
             record(turn, len(body), decision.kind, None)
@@ -527,6 +568,32 @@ class LoopbackServer:
         record(turn, len(body), "forwarded" if self.upstream else "answered", reply.status)
         keep = await self._send(conn, writer, reply, close=False, head_only=method == "HEAD")
         return keep and conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    async def _handler_failed(self, conn: h11.Connection, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter, error: Exception, record: Callable[..., None],
+                              turn: int, body_bytes: int) -> None:
+        """Answer a failing handler or middlebox with 502/504/500 (:data:`HANDLER_FAILURES`)."""
+        status, outcome = next((status, outcome) for kind, status, outcome in HANDLER_FAILURES
+                               if isinstance(error, kind))
+        detail = str(error) or type(error).__name__
+        record(turn, body_bytes, outcome, status, detail)
+        await self._fault_reply(conn, reader, writer, _text_reply(status, f"{outcome}: {detail}\n"))
+
+    async def _act_at_head(self, conn: h11.Connection, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter, decision: Respond | ConnectionFault,
+                           record: Callable[..., None], turn: int) -> None:
+        """Carry out a decision taken from the head alone, before the body is in."""
+        if isinstance(decision, Respond):
+            record(turn, 0, "responded", decision.status, "answered at the head")
+            await self._fault_reply(conn, reader, writer, _reply_of_decision(decision))
+            return
+        n_bytes = decision.n_bytes if isinstance(decision, ResetAfter) else 0
+        body = await self._read_body(conn, reader, writer, stop_at=n_bytes)
+        if body is None:
+            record(turn, 0, "client-gone", None)
+            return
+        record(turn, len(body), decision.kind, None, f"dropped after {len(body)} body bytes")
+        await self._drop(decision, reader, writer)
 
     @property
     def _head_too_large(self) -> str:
@@ -540,26 +607,35 @@ class LoopbackServer:
             raise _BadRequest(f"{TURN_HEADER} must be a positive integer, got {value.decode('latin-1')!r}")
         return int(value)
 
-    def _recorder(self, method: str, path: str) -> Callable[..., None]:
+    def _recorder(self, method: str, path: str, content_length: int | None) -> Callable[..., None]:
         def record(turn: int, body_bytes: int, outcome: str, status: int | None, detail: str = "") -> None:
-            self._record(turn, method, path, body_bytes, outcome, status, detail)
+            self._record(turn, method, path, body_bytes, outcome, status, detail, content_length)
 
         return record
 
     def _record(self, turn: int, method: str, path: str, body_bytes: int, outcome: str,
-                status: int | None, detail: str = "") -> None:
-        self._records.append(ExchangeRecord(turn, method, path, body_bytes, outcome, status, detail))
+                status: int | None, detail: str = "", content_length: int | None = None) -> None:
+        self._records.append(ExchangeRecord(turn, method, path, body_bytes, outcome, status, detail,
+                                            content_length))
 
     async def _read_body(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                         writer: asyncio.StreamWriter) -> bytes | None:
-        """The whole body (None if the client left or stalled); 413 past ``max_body_bytes``."""
+                         writer: asyncio.StreamWriter, *, stop_at: int | None = None) -> bytes | None:
+        """The whole body, or its first ``stop_at`` bytes and no more from the socket.
+
+        None if the client left or stalled first; 413 past ``max_body_bytes``.
+        (Body bytes that came in with the head are already read: a ``stop_at``
+        under :data:`HEAD_CHUNK_BYTES` can be passed by what that read held.)
+        """
         chunks: list[bytes] = []
         size = 0
         while True:
+            if stop_at is not None and size >= stop_at:
+                return b"".join(chunks)
             if conn.they_are_waiting_for_100_continue:
                 writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+            max_read = READ_CHUNK_BYTES if stop_at is None else min(READ_CHUNK_BYTES, stop_at - size)
             try:
-                event = await self._next_event(conn, reader)
+                event = await self._next_event(conn, reader, max_read)
             except (h11.RemoteProtocolError, ConnectionError, TimeoutError):
                 return None  # closed, reset or stalled mid-body
             if isinstance(event, h11.EndOfMessage):

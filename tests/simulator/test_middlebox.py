@@ -359,3 +359,86 @@ def test_fault_settings_are_validated_with_clear_messages(make: Any, message: st
 def test_every_page_file_exists() -> None:
     files = {v.file for v in (*BODY_CAP_PAGES.values(), *WAF_PAGES.values())}
     assert all((PAGES_DIR / f).is_file() for f in files)
+
+
+# -- decisions at the head (decide_headers) ---------------------------------------------
+
+def head_of(size: int, headers: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    return [("host", "gateway.corp.example"), ("content-length", str(size)), *(headers or {}).items()]
+
+
+@pytest.mark.parametrize(
+    ("fault", "size", "headers", "expected"),
+    [
+        (BodyCap(limit=32 * KB), 32 * KB + 1, None, 413),
+        (BodyCap(limit=32 * KB), 32 * KB, None, None),
+        (HeaderCap(2 * KB), 10, {"x-big": "a" * 4 * KB}, 431),
+        (ResetAfter(64 * KB), 200 * KB, None, "reset-after"),
+        (ResetAfter(64 * KB), 64 * KB, None, None),
+    ],
+)
+def test_size_only_faults_decide_at_the_head_like_decide_on_the_full_request(
+    fault: Fault, size: int, headers: dict[str, str] | None, expected: int | str | None
+) -> None:
+    early_box, full_box = Middlebox(ok_upstream, [fault], seed=4), Middlebox(ok_upstream, [fault], seed=4)
+
+    early = early_box.decide_headers("POST", "/v1/messages", head_of(size, headers), size, turn=1)
+    full = full_box.decide(request(size, headers=headers), turn=1)
+
+    if expected is None:
+        assert early is None and isinstance(full, Forward)
+        assert early_box.requests == 0 and early_box.rejections == []
+        return
+    assert early == full  # same page, same ids: the head decision is the full one, taken earlier
+    assert (early.status if isinstance(early, Respond) else early.kind) == expected
+    assert early_box.requests == 1
+    assert early_box.rejections == full_box.rejections
+    assert early_box.rejections[0].request_bytes == size
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [WafBlock(min_bytes=100 * KB), BedrockHtml403(min_bytes=100 * KB), CloseAfterBody(), SlowClose(),
+     IdleTimeout(), RateLimit429()],
+)
+def test_a_fault_that_needs_the_body_first_defers_to_decide(fault: Fault) -> None:
+    box = Middlebox(ok_upstream, [fault, ResetAfter(1 * KB)])
+
+    assert box.decide_headers("POST", "/v1/messages", head_of(200 * KB), 200 * KB, turn=1) is None
+    assert box.requests == 0 and box.rejections == []
+    decision = box.decide(request(200 * KB), turn=1)
+    assert not isinstance(decision, ResetAfter)
+    assert [rejection.kind for rejection in box.rejections] == [fault.kind]
+
+
+def test_a_body_fault_outside_its_gates_lets_the_head_decide() -> None:
+    box = Middlebox(ok_upstream, [WafBlock(min_bytes=1 * KB, from_turn=3), CloseAfterBody(min_bytes=500 * KB),
+                                  ResetAfter(64 * KB)])
+
+    early = box.decide_headers("POST", "/v1/messages", head_of(200 * KB), 200 * KB, turn=2)
+
+    assert isinstance(early, ResetAfter)
+    assert box.decide_headers("POST", "/v1/messages", head_of(200 * KB), 200 * KB, turn=3) is None
+
+
+def test_unknown_length_waits_for_the_body() -> None:
+    box = Middlebox(ok_upstream, [BodyCap(limit=1)])
+    assert box.decide_headers("POST", "/v1/messages", [("transfer-encoding", "chunked")], None) is None
+    assert box.requests == 0
+
+
+def test_head_decisions_keep_the_seeded_draws_of_decide() -> None:
+    faults = [ResetAfter(64 * KB, probability=0.5), WafBlock(min_bytes=150 * KB, probability=0.5),
+              BodyCap(limit=100 * KB, probability=0.5)]
+    two_step, one_step = Middlebox(ok_upstream, faults, seed=11), Middlebox(ok_upstream, faults, seed=11)
+    sizes = [200 * KB, 120 * KB, 10 * KB, 160 * KB, 90 * KB] * 20
+
+    for turn, size in enumerate(sizes, start=1):
+        early = two_step.decide_headers("POST", "/v1/messages", head_of(size), size, turn=turn)
+        if early is None:
+            two_step.decide(request(size), turn=turn)
+        one_step.decide(request(size), turn=turn)
+
+    assert two_step.rejections == one_step.rejections
+    assert two_step.requests == one_step.requests == len(sizes)
+    assert {r.kind for r in one_step.rejections} == {"reset-after", "waf-403-html", "body-cap"}

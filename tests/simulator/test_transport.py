@@ -209,9 +209,63 @@ def test_reset_after_n_body_bytes_surfaces_as_a_dropped_connection(client: httpx
         with pytest.raises(DROPPED_CONNECTION):
             client.post(server.base_url + "/v1/messages", content=b"x" * 200 * KB)
         assert client.get(server.base_url + "/after").status_code == 200  # the server survives
-    assert [(r.turn, r.outcome, r.status, r.body_bytes) for r in server.records] == [
-        (1, "answered", 200, 10 * KB), (2, "reset-after", None, 200 * KB), (3, "answered", 200, 0)]
-    assert [rejection.kind for rejection in box.rejections] == ["reset-after"]
+    assert [(r.turn, r.outcome, r.status, r.body_bytes, r.content_length) for r in server.records] == [
+        (1, "answered", 200, 10 * KB, 10 * KB), (2, "reset-after", None, 64 * KB, 200 * KB),
+        (3, "answered", 200, 0, 0)]
+    assert [(rejection.kind, rejection.request_bytes) for rejection in box.rejections] == [
+        ("reset-after", 200 * KB)]
+
+
+def test_reset_after_n_bytes_resets_mid_post_while_the_client_is_still_sending() -> None:
+    declared, sent_first = 1024 * KB, 128 * KB
+    head = f"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: {declared}\r\n\r\n".encode()
+    with LoopbackServer(Middlebox(ok_upstream, [ResetAfter(64 * KB)])) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=3.0) as sock:
+            sock.sendall(head + b"x" * sent_first)  # an eighth of the body; the rest is never sent
+            with pytest.raises(ConnectionResetError):
+                sock.recv(65536)  # the RST arrives while the body is still incomplete
+            with pytest.raises(OSError):  # EPIPE or ECONNRESET: the connection is gone
+                sock.sendall(b"x" * (declared - sent_first))
+    (record,) = server.records
+    assert (record.outcome, record.status, record.body_bytes, record.content_length) == (
+        "reset-after", None, 64 * KB, declared)
+    assert record.detail == f"dropped after {64 * KB} body bytes"
+
+
+def test_a_mid_post_reset_reaches_httpx_as_a_dropped_connection(client: httpx.Client) -> None:
+    body = b"x" * 4 * 1024 * KB  # larger than the loopback socket buffers: httpx is mid-write
+    with LoopbackServer(Middlebox(ok_upstream, [ResetAfter(64 * KB)])) as server:
+        with pytest.raises(DROPPED_CONNECTION):
+            client.post(server.base_url + "/v1/messages", content=body)
+    (record,) = server.records
+    assert record.outcome == "reset-after"
+    assert record.body_bytes == 64 * KB < record.content_length == len(body)
+
+
+def test_a_body_cap_answers_from_the_content_length_before_any_body_arrives() -> None:
+    head = f"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: {512 * KB}\r\n\r\n".encode()
+    with LoopbackServer(Middlebox(ok_upstream, [BodyCap(limit=32 * KB)])) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=3.0) as sock:
+            sock.sendall(head)  # no body byte sent: the answer still comes
+            answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert b"connection: close" in answer.lower()
+    (record,) = server.records
+    assert (record.outcome, record.status, record.body_bytes, record.content_length) == (
+        "responded", 413, 0, 512 * KB)
+
+
+def test_faults_that_need_the_body_keep_reading_it_whole(client: httpx.Client) -> None:
+    box = Middlebox(ok_upstream, [CloseAfterBody(from_turn=2, until_turn=2), ResetAfter(8 * KB)])
+    with LoopbackServer(box) as server:
+        for _ in range(2):
+            with pytest.raises(DROPPED_CONNECTION):
+                client.post(server.base_url + "/v1/messages", content=b"x" * 256 * KB)
+        with pytest.raises(DROPPED_CONNECTION):  # chunked: no declared size, decided on the full body
+            client.post(server.base_url + "/v1/messages", content=iter([b"x" * 100 * KB] * 2))
+    assert [(r.outcome, r.body_bytes, r.content_length) for r in server.records] == [
+        ("reset-after", 8 * KB, 256 * KB), ("close-after-body", 256 * KB, 256 * KB),
+        ("reset-after", 200 * KB, None)]
 
 
 def test_close_after_body_surfaces_as_remote_protocol_error_family(client: httpx.Client) -> None:
