@@ -206,20 +206,26 @@ class FloorDiagnosis:
     notice: Notice | None = None
 
 
-def diagnose_floor(system_bytes: int, rejected_bytes: int | None, *, policy: Policy) -> FloorDiagnosis:
-    """Compare the rendered system part with the rejected request size, real bytes with real bytes.
+def diagnose_floor(
+    system_bytes: int, rejected_bytes: int | None, *, policy: Policy, floor_bytes: int | None = None
+) -> FloorDiagnosis:
+    """Compare the non-compactable base with the rejected request size, real bytes with real bytes.
 
     ``system_bytes`` is what the leading system messages add to the request
-    body (:func:`ctxrecover.wire.system_bytes`). At or above the rejected size
-    → fail fast (``✖ …``); at or above ``policy.floor_warning_fraction`` (¾) of
-    it → a warning (``⚠ …``); unknown size → nothing to say.
+    body (:func:`ctxrecover.wire.system_bytes`); it is the size the notices
+    name. ``floor_bytes``, when given, is the smallest request compaction could
+    still produce (the most aggressive ladder step applied to the history): a
+    gateway that rejected a request no larger than that cannot be satisfied by
+    compacting. At or above the rejected size → fail fast (``✖ …``); system
+    part at or above ``policy.floor_warning_fraction`` (¾) of it → a warning
+    (``⚠ …``); unknown size → nothing to say.
     """
     if system_bytes < 0:
         raise ConfigError(f"diagnose_floor needs system_bytes >= 0 (got {system_bytes})")
     if not rejected_bytes or rejected_bytes <= 0:
         return FloorDiagnosis()
     system_text = format_payload_size(system_bytes)
-    if system_bytes >= rejected_bytes:
+    if max(system_bytes, floor_bytes or 0) >= rejected_bytes:
         message = FLOOR_FAIL_NOTICE % (system_text, format_payload_size(rejected_bytes))
         return FloorDiagnosis(fail_fast=True, notice=Notice(FLOOR_FAIL_CODE, message))
     if system_bytes >= policy.floor_warning_fraction * rejected_bytes:
@@ -676,13 +682,15 @@ def recover(
     system_bytes: int,
     events: EventBus,
     before_rewrite: Callable[[list[Message]], object] | None = None,
+    floor_bytes: int | None = None,
 ) -> RecoveryResult:
     """One recovery attempt for a rejected request (SPEC §6 steps 1–7, without the retry).
 
     In order: emit ``failure.notice`` (``⚠ Recoverable failure (…) — compacting
     and retrying``); payload failures learn the cap (``cap_state``) and, when
     the rejected size is known, diagnose the floor against ``system_bytes``
-    (the rendered system part, :func:`ctxrecover.wire.system_bytes`); then
+    (the rendered system part, :func:`ctxrecover.wire.system_bytes`) and
+    ``floor_bytes`` (the smallest request compaction could produce, if known); then
     ``before_rewrite(history)`` — the caller's memory flush and undo snapshot —,
     ``PreCompact("recovery")``, the ladder step for ``attempt`` (1-based; it
     archives what it drops), the payload notice message (payload failures, once
@@ -736,7 +744,9 @@ def recover(
     if failure.is_payload:
         for notice in cap_state.learn(failure, policy=ctx.policy):
             say(notice)
-        diagnosis = diagnose_floor(system_bytes, failure.rejected_bytes, policy=ctx.policy)
+        diagnosis = diagnose_floor(
+            system_bytes, failure.rejected_bytes, policy=ctx.policy, floor_bytes=floor_bytes
+        )
         if diagnosis.fail_fast and diagnosis.notice is not None:
             raise PayloadFloorError(diagnosis.notice.message, failure=failure, attempts=attempt - 1)
         if diagnosis.notice is not None:

@@ -228,6 +228,17 @@ def test_floor_diagnosis(system: int, rejected: int | None, fail_fast: bool, mes
     assert (diagnosis.notice.message if diagnosis.notice else None) == message
 
 
+def test_floor_fails_fast_when_the_most_compact_request_is_still_as_large_as_the_rejected_one() -> None:
+    # The system part alone (96.1 KB) is under the rejected 126.4 KB, but the smallest request
+    # compaction could still produce (system + what the last ladder step keeps) is not.
+    diagnosis = diagnose_floor(SYSTEM_NEAR, REJECTED, policy=DEFAULT_POLICY, floor_bytes=REJECTED + 10)
+    assert diagnosis.fail_fast
+    assert diagnosis.notice is not None
+    assert diagnosis.notice.message == FLOOR_FAIL % ("96.1 KB", "126.4 KB")
+    below = diagnose_floor(SYSTEM_NEAR, REJECTED, policy=DEFAULT_POLICY, floor_bytes=REJECTED - 1)
+    assert not below.fail_fast
+
+
 def test_floor_fail_fast_raises_without_touching_the_history() -> None:
     history = conversation(3)
     snapshot = copy.deepcopy(history)
