@@ -494,8 +494,12 @@ class Level1(StepBase):
 def _keep_and_repair(
     name: str, history: list[Message], ctx: RecoveryContext, keep: int, cap: int | None
 ) -> tuple[list[Message], StepReport]:
-    kept, kept_report = keep_last(history, keep, archive=ctx.archive, per_message_cap=cap)
-    repaired, pairing = repair_pairing(kept, archive=ctx.archive)
+    # Repair first: keep_last must cut a history whose results sit right after their
+    # calls, or a result behind an interposed user message would lose its call and be
+    # removed by the repair after the cut, beyond the reach of the range's recall marker.
+    paired, before = repair_pairing(history, archive=ctx.archive)
+    kept, kept_report = keep_last(paired, keep, archive=ctx.archive, per_message_cap=cap)
+    repaired, after = repair_pairing(kept, archive=ctx.archive)
     return repaired, StepReport(
         step=name,
         changed=repaired is not history,
@@ -505,7 +509,7 @@ def _keep_and_repair(
         chars_after=_chars(repaired),
         messages_dropped=kept_report.messages_dropped,
         messages_capped=kept_report.messages_capped,
-        pairing_fixes=_pairing_fixes(pairing),
+        pairing_fixes=_pairing_fixes(before) + _pairing_fixes(after),
         notice_inserted=kept_report.notice_inserted,
         recall_note=kept_report.recall_note,
         archive_key=kept_report.archive_key,

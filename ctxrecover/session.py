@@ -39,10 +39,11 @@ from ctxrecover.escalation import OutputEscalation
 from ctxrecover.events import Event, EventBus, SessionStats
 from ctxrecover.messages import Message
 from ctxrecover.passes.dedup_reads import dedup_repeated_reads
+from ctxrecover.passes.floor import age_skill_blocks
 from ctxrecover.passes.microcompact import apply_microcompact
 from ctxrecover.passes.pairing import repair_pairing
 from ctxrecover.passes.tool_budget import enforce_tool_result_budget
-from ctxrecover.passes.truncate import CONTEXT_COMPACTED_NOTICE, leading_system_count
+from ctxrecover.passes.truncate import leading_system_count
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.recovery import (
     PayloadCapState,
@@ -81,6 +82,7 @@ BYTE_FIT_MARGIN = 0.95
 CALIBRATION_MIN_TOKENS = 200  # ignore tiny requests when calibrating chars per token
 CALIBRATION_WEIGHT = 0.3  # exponential moving average of observed chars per token
 CALIBRATION_BOUNDS = (1.0, 8.0)
+HEADER_FIELDS_TOO_LARGE = 431
 
 
 def resolve_summarizer(
@@ -215,13 +217,15 @@ class Session:
     def char_budget(self, budget_ratio: float | None = None) -> int:
         """The char budget the history must fit at ``budget_ratio`` (the mode's by default)."""
         ratio = budget_ratio if budget_ratio is not None else self._mode_ratio
-        return char_budget(
+        budget = char_budget(
             self.context_window,
             ratio,
             chars_per_token=self.chars_per_token,
             reserved_chars=self.reserved_chars,
-            payload_cap=self.cap_state.effective_cap,
         )
+        cap = self.cap_state.effective_cap
+        # The policy's headroom, not sizes' module default: the knob must take effect.
+        return min(budget, int(cap * self.policy.payload_cap_headroom)) if cap else budget
 
     @property
     def _mode_ratio(self) -> float:
@@ -264,10 +268,12 @@ class Session:
                 )
                 self.stats.rejected_requests += 1
                 if failure.kind is FailureKind.MALFORMED_HISTORY:
-                    # Pairing repair and one retry, never truncation; an unchanged
-                    # history would only resend the same rejected body.
-                    self._history, changed = repair_malformed(self._history, self.archive)
-                    if changed and not malformed_retried:
+                    # Pairing repair and one retry, never truncation. The outgoing copy is
+                    # repaired before every send, so a retry only happens when the repair
+                    # changes what goes on the wire: never resend the rejected body.
+                    self._history, _ = repair_malformed(self._history, self.archive)
+                    retry = self._outgoing(turn_max_tokens)
+                    if not malformed_retried and retry.messages != request.messages:
                         malformed_retried = True
                         continue
                     raise UnrecoverableFailure(
@@ -323,6 +329,9 @@ class Session:
         if micro.truncated or micro.summarized:
             self.events.notice("microcompact", micro.notice)
         history, _ = dedup_repeated_reads(history, archive=self.archive)
+        history, aging = age_skill_blocks(history, archive=self.archive, age_turns=policy.skill_age_turns)
+        if aging.blocks_archived:
+            self.events.notice("skill_aging", aging.notice)
         self._history = history
 
         check = preflight(self._request_bytes(history, max_tokens), self.cap_state, policy)
@@ -355,12 +364,20 @@ class Session:
         self._history = result.history
         return changed
 
-    def _outgoing(self, max_tokens: int | None) -> ChatRequest:
+    def _outgoing(
+        self,
+        max_tokens: int | None,
+        history: list[Message] | None = None,
+        archive: Archive | None = None,
+    ) -> ChatRequest:
+        """The request for ``history`` (the session's by default): pairing repair and
+        the tool-result budget applied to a copy, never to the history itself."""
         policy = self.policy
-        outgoing, _ = repair_pairing(self._history, archive=self.archive)
+        archive = self.archive if archive is None else archive
+        outgoing, _ = repair_pairing(self._history if history is None else history, archive=archive)
         outgoing, _ = enforce_tool_result_budget(
             outgoing,
-            archive=self.archive,
+            archive=archive,
             turn_budget_chars=self.tool_result_budget_chars,
             max_result_chars=self.tool_result_max_chars,
             preview_head=min(policy.tool_result_preview_head, self.tool_result_max_chars // 2),
@@ -380,17 +397,21 @@ class Session:
             history, self.wire_format, model=self.model, max_tokens=max_tokens, tools=self.tools
         )
 
-    def _floor_bytes(self) -> int:
-        """Real bytes of the non-compactable request base.
+    def _floor_sizes(self, ctx: RecoveryContext) -> tuple[int, int]:
+        """Real bytes of the system part and of the smallest request compaction could produce.
 
-        The smallest request the ladder could ever send: the leading system
-        messages, tool definitions and envelope, plus the one-line notice that
-        stands in for a fully compacted history. When the gateway rejected a
-        request no larger than this, no compaction can help (SPEC §6 step 2).
+        The first is a request carrying only the leading system messages (with
+        the envelope and tool definitions: the non-compactable base); the second
+        dry-runs the ladder's last, most aggressive step on a scratch archive.
+        A gateway that rejected a request no larger than that cannot be
+        satisfied by compacting (SPEC §6 step 2, compared in real bytes).
         """
-        floor = self._history[: leading_system_count(self._history)]
-        floor.append(Message.user(CONTEXT_COMPACTED_NOTICE))
-        return self._request_bytes(floor, self.escalation.max_tokens or self.max_tokens)
+        max_tokens = self.escalation.max_tokens or self.max_tokens
+        system = self._history[: leading_system_count(self._history)]
+        scratch = MemoryArchive()
+        smallest, _ = self.ladder.steps[-1](self._history, dataclasses.replace(ctx, archive=scratch))
+        request = self._outgoing(max_tokens, smallest, scratch)
+        return self._request_bytes(system, max_tokens), self._request_bytes(request.messages, max_tokens)
 
     def _recover(self, failure: Failure, attempt: int) -> None:
         """One recovery attempt (SPEC §6); raises PayloadFloorError before spending it."""
@@ -401,6 +422,9 @@ class Session:
             tool_result_budget_chars=self.tool_result_budget_chars,
             tool_result_max_chars=self.tool_result_max_chars,
         )
+        # A 431 rejected the headers, not the body: body sizes say nothing about it.
+        body_rejected = failure.is_payload and failure.status != HEADER_FIELDS_TOO_LARGE
+        system, smallest = self._floor_sizes(ctx) if body_rejected else (0, 0)
         result = recover(
             self._history,
             failure,
@@ -408,7 +432,8 @@ class Session:
             ladder=self.ladder,
             ctx=ctx,
             cap_state=self.cap_state,
-            system_bytes=self._floor_bytes(),
+            system_bytes=system,
+            floor_bytes=smallest,
             events=self.events,
             before_rewrite=self.compactor.prepare_rewrite,
         )

@@ -141,6 +141,25 @@ def test_system_prompt_over_the_cap_fails_fast_without_spending_an_attempt() -> 
     assert session.history == before
 
 
+def test_floor_fails_fast_when_no_ladder_step_could_get_under_the_rejected_size() -> None:
+    # The system part (126 KB) is under the rejected request, but the only other message is a
+    # 3 KB task that every ladder step keeps whole: no compaction can produce a smaller request.
+    gateway = Gateway(limit=128 * KB)
+    session, _ = make_session(gateway)
+    session.extend([Message.system("S" * (126 * KB)), Message.user("T" * (3 * KB))])
+
+    with pytest.raises(PayloadFloorError) as info:
+        session.complete()
+
+    assert len(gateway.sizes) == 1
+    assert session.stats.recovery_attempts == 0
+    assert str(info.value).startswith("✖ The non-compactable request base (system prompt: 126.")
+    assert str(info.value).endswith(f"rejected ({format_payload_size(gateway.sizes[0])}). " + (
+        "History compaction cannot help — reduce MCP servers, skills or personas, "
+        "or raise the proxy/WAF body-size limit"
+    ))
+
+
 def test_payload_notice_is_added_once_over_three_recoveries() -> None:
     rejected_turns: set[int] = set()
 
