@@ -70,6 +70,7 @@ from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
+from simulator.generate import generate_session
 from simulator.metrics import AttemptRecord, chars_lost, fact_survival, records_to_frame, summarize_run
 from simulator.middlebox import BodyCap, HeaderCap, Middlebox, RateLimit429, ResetAfter
 from simulator.providers import MockProvider, ParsedRequest, Reply
@@ -112,6 +113,11 @@ FALLBACK_TRANSCRIPT = "coding-120k"
 # (microcompact shrinks old tool results, never answers), which is what body-size faults need.
 GENERATED = "generated"
 GENERATED_TRANSCRIPT = "chat-long-answers-600k"
+# A generated workload larger than GENERATED_TRANSCRIPT: a seeded chat-only session of long answers.
+GENERATED_OPTIONS = MappingProxyType(
+    {"tool_turn_ratio": 0.0, "answer_chars": 8000, "recall_every": 0, "feedback_every": 0}
+)
+GENERATED_CHARS_PER_TURN = 8000
 
 TRANSPORTS: tuple[str, ...] = ("inprocess", "loopback")
 # Sent like a real client's key (its header counts against header-size caps); never a real key.
@@ -287,8 +293,9 @@ def workload_transcript(scenario: Scenario) -> Transcript:
     A named transcript is looked up with :func:`find_transcript`; when it is not
     available (the public ones live outside the repository),
     :data:`FALLBACK_TRANSCRIPT` stands in. ``generated`` with ``history_bytes``
-    takes :data:`GENERATED_TRANSCRIPT`, cut before the user turn at which the
-    history reaches that size (whole when it is smaller); no name at all, the fallback.
+    takes :data:`GENERATED_TRANSCRIPT` — or, when that is smaller, a chat session of
+    long answers generated with the scenario's seed — cut before the user turn at
+    which the history reaches that size; no name at all, the fallback.
     """
     workload = scenario.workload
     if workload.transcript and workload.transcript != GENERATED:
@@ -298,7 +305,11 @@ def workload_transcript(scenario: Scenario) -> Transcript:
             return load_named_transcript(FALLBACK_TRANSCRIPT)
     if not workload.history_bytes:
         return load_named_transcript(FALLBACK_TRANSCRIPT)
-    return _prefix(load_named_transcript(GENERATED_TRANSCRIPT), workload.history_bytes)
+    bundled = load_named_transcript(GENERATED_TRANSCRIPT)
+    if total_weight(bundled.messages) < workload.history_bytes:
+        turns = workload.history_bytes // GENERATED_CHARS_PER_TURN + 2
+        bundled = generate_session(seed=scenario.seed, turns=turns, name=GENERATED, **GENERATED_OPTIONS)
+    return _prefix(bundled, workload.history_bytes)
 
 
 def _filler(header: str, line: str, chars: int) -> str:

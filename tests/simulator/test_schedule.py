@@ -34,7 +34,6 @@ from simulator.schedule import (
 )
 
 KB = 1024
-TRANSCRIPTS = Path(__file__).parents[2] / "../shared/transcripts"
 BUNDLED = (
     "anthropic-200k-overflow", "cloudflare-waf-403", "corporate-128k-waf", "eof-mid-post-512k",
     "floor-too-big", "gemini-1m-overflow", "header-431", "max-tokens-truncation", "nginx-1m-413",
@@ -133,11 +132,13 @@ def test_max_tokens_scenario_reply_overruns_max_tokens_within_two_escalations() 
 
 def _transcript_weight(name: str) -> tuple[int, int]:
     """Total weight of a bundled transcript and of its first message."""
-    transcripts = pytest.importorskip("simulator.transcripts", reason="simulator.transcripts not merged yet")
-    path = TRANSCRIPTS / name
-    if not path.is_file():
-        pytest.skip(f"shared transcript {path} is absent")
-    messages = transcripts.load_transcript(path).messages
+    from simulator.replay import find_transcript, load_named_transcript
+
+    try:
+        find_transcript(name)
+    except ValueError:
+        pytest.skip(f"transcript {name} is neither bundled nor in ../shared/transcripts (a fresh clone)")
+    messages = load_named_transcript(name).messages
     return total_weight(messages), total_weight(messages[:2])
 
 
