@@ -228,6 +228,15 @@ class HttpxSender:
         self.close()
 
 
+# Exceptions from these packages (and OS-level errors) are provider or network failures.
+SDK_ERROR_MODULES = frozenset({"openai", "anthropic", "httpx", "httpx2", "httpcore", "httpcore2"})
+
+
+def _is_transport_failure(exc: BaseException) -> bool:
+    """True for an SDK / HTTP-client / OS error, read by the exception's module (duck typing)."""
+    return isinstance(exc, OSError) or type(exc).__module__.split(".", 1)[0] in SDK_ERROR_MODULES
+
+
 def _dump(result: Any) -> dict[str, Any]:
     if hasattr(result, "model_dump"):
         return result.model_dump(mode="json", exclude_none=True)
@@ -311,7 +320,9 @@ class _SDKSender:
         size = self._wire_size(body, kwargs)
         try:
             result = self._create(kwargs)
-        except Exception as exc:  # SDK errors of every generation; classify reads the cause chain
+        except Exception as exc:
+            if not _is_transport_failure(exc):
+                raise  # a programming error (a bad keyword, a wrong client): not a provider failure
             size = _sent_bytes(exc) or size
             raise SendFailed(f"{type(exc).__name__}: {exc}", request_bytes=size) from exc
         raw = _dump(result)

@@ -461,3 +461,19 @@ def test_sdk_errors_become_send_failed_with_the_sdk_error_as_cause(
     failure = classify(error)
     assert failure.kind is kind
     assert failure.status == status
+
+
+def test_sdk_adapter_lets_programming_errors_through() -> None:
+    from ctxrecover.senders import OpenAISDKSender
+
+    class Completions:
+        def create(self, **kwargs: Any) -> Any:
+            raise TypeError("create() got an unexpected keyword argument 'temperature'")
+
+    class Client:
+        class chat:  # noqa: N801 - mirrors the SDK's attribute path
+            completions = Completions()
+
+    sender = OpenAISDKSender(Client(), model="gpt-4o")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        sender.send(ChatRequest((Message.user("hi"),)))
