@@ -285,6 +285,18 @@ class FailureKind(StrEnum):
     OK = "ok"
 
 
+# Overflow texts that state the model's real window, in tokens (the last group is the limit).
+CONTEXT_LIMIT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
+    r"maximum context length is (\d+) tokens",                          # OpenAI chat, vLLM
+    r"prompt is too long: \d+ tokens > (\d+) maximum",                   # Anthropic
+    r"exceed context limit: \d+ \+ \d+ > (\d+)",                          # Anthropic, input + max_tokens
+    r"maximum number of tokens allowed \((\d+)\)",                      # Gemini
+    r"(\d+) maximum context length",                                     # "too large for model with N ..."
+    r"context window of (\d+) tokens",                                   # generic
+    r"exceeds the context window \((\d+)\)",
+))
+
+
 RECOVERABLE_KINDS: frozenset[FailureKind] = frozenset({
     FailureKind.CONTEXT_OVERFLOW, FailureKind.PAYLOAD_TOO_LARGE, FailureKind.WAF_REJECTION,
     FailureKind.SUSPECTED_PAYLOAD, FailureKind.MALFORMED_HISTORY,
@@ -300,7 +312,8 @@ class Failure:
 
     ``reason``/``reason_text`` are set for the kinds compaction recovers (§2.5);
     ``evidence`` is the phrase or signal that decided; ``stop_reason`` is the
-    provider's stop/finish reason of a successful response.
+    provider's stop/finish reason of a successful response;
+    ``context_limit_tokens`` is the context window an overflow error states, if any.
     """
 
     kind: FailureKind
@@ -311,6 +324,7 @@ class Failure:
     rejected_bytes: int | None = None
     evidence: str = ""
     stop_reason: str | None = None
+    context_limit_tokens: int | None = None
 
     @property
     def recoverable(self) -> bool:
@@ -778,10 +792,18 @@ def _classify(
     rejected = None if kind in (FailureKind.OK, FailureKind.OUTPUT_TRUNCATED) else (
         _positive_int(request_bytes) or x.rejected_bytes
     )
+    limit = _context_limit(text) if kind is FailureKind.CONTEXT_OVERFLOW else None
     return Failure(
         kind, reason=reason, reason_text=reason_text, provider=provider or middlebox, status=x.status,
-        rejected_bytes=rejected, evidence=evidence,
+        rejected_bytes=rejected, evidence=evidence, context_limit_tokens=limit,
     )
+
+
+def _context_limit(text: str) -> int | None:
+    """The window an overflow text states (the smallest, if several), in tokens."""
+    found = [int(m.group(1)) for p in CONTEXT_LIMIT_PATTERNS for m in p.finditer(text)]
+    found = [n for n in found if n > 0]
+    return min(found) if found else None
 
 
 def classify(

@@ -27,6 +27,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ctxrecover import catalog
@@ -62,7 +63,7 @@ from ctxrecover.summarize import (
     HttpSummarizer,
     Summarizer,
 )
-from ctxrecover.wire import WireFormat, request_size
+from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, request_size
 
 __all__ = ["Mode", "Session", "resolve_summarizer"]
 
@@ -83,6 +84,11 @@ CALIBRATION_MIN_TOKENS = 200  # ignore tiny requests when calibrating chars per 
 CALIBRATION_WEIGHT = 0.3  # exponential moving average of observed chars per token
 CALIBRATION_BOUNDS = (1.0, 8.0)
 HEADER_FIELDS_TOO_LARGE = 431
+# Decision beyond the reference: an overflow error that states the real window tightens the session's
+# window (like a learned payload cap), so the next turns compact before the provider rejects them.
+LEARNED_WINDOW_NOTICE = (
+    "ℹ Provider reported a context window of %d tokens — budget recomputed for this session"
+)
 
 
 def resolve_summarizer(
@@ -111,6 +117,16 @@ def resolve_summarizer(
     if engine is None:
         return built_in
     return ContextEngineSummarizer(engine, fallback=built_in, timeout=policy.summarizer_timeout_s)
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What one ``complete()`` call tracks across its attempts."""
+
+    max_tokens: int | None
+    transient_left: int
+    attempts: int = 0
+    malformed_retried: bool = False
 
 
 class Session:
@@ -214,8 +230,13 @@ class Session:
     def extend(self, messages: Iterable[Message]) -> None:
         self._history.extend(messages)
 
-    def char_budget(self, budget_ratio: float | None = None) -> int:
-        """The char budget the history must fit at ``budget_ratio`` (the mode's by default)."""
+    def char_budget(self, budget_ratio: float | None = None, *, max_tokens: int | None = None) -> int:
+        """The char budget the history must fit at ``budget_ratio`` (the mode's by default).
+
+        When the request asks for ``max_tokens`` (Anthropic always does), the
+        provider reserves them inside the window: the budget never exceeds the
+        window minus that reservation, even at a generous ratio.
+        """
         ratio = budget_ratio if budget_ratio is not None else self._mode_ratio
         budget = char_budget(
             self.context_window,
@@ -223,6 +244,11 @@ class Session:
             chars_per_token=self.chars_per_token,
             reserved_chars=self.reserved_chars,
         )
+        anthropic_default = DEFAULT_ANTHROPIC_MAX_TOKENS if self.wire_format is WireFormat.ANTHROPIC else 0
+        reserve = max_tokens or anthropic_default
+        room = self.context_window - reserve
+        if reserve and room > 0:
+            budget = min(budget, int(room * self.chars_per_token) - self.reserved_chars)
         cap = self.cap_state.effective_cap
         # The policy's headroom, not sizes' module default: the knob must take effect.
         return min(budget, int(cap * self.policy.payload_cap_headroom)) if cap else budget
@@ -249,70 +275,81 @@ class Session:
         self._report_env_problems()
         self.stats.turns += 1
         self.escalation.start_turn()
-        turn_max_tokens = self.escalation.observe_user_override(
-            max_tokens if max_tokens is not None else self.max_tokens
+        turn = _Turn(
+            max_tokens=self.escalation.observe_user_override(
+                max_tokens if max_tokens is not None else self.max_tokens
+            ),
+            transient_left=self._transient_retries,
         )
-        attempts = 0
-        malformed_retried = False
-        transient_left = self._transient_retries
+        request = self._prologue(turn.max_tokens, cancel)
         while True:
-            request = self._prologue(turn_max_tokens, cancel)
             self.stats.requests += 1
             try:
                 response = self.sender.send(request)
             except Exception as exc:  # every failure is classified, never swallowed
-                failure = classify(
-                    exc,
-                    request_bytes=getattr(exc, "request_bytes", None),
-                    history_chars=total_weight(self._history),
-                )
-                self.stats.rejected_requests += 1
-                if failure.kind is FailureKind.MALFORMED_HISTORY:
-                    # Pairing repair and one retry, never truncation. The outgoing copy is
-                    # repaired before every send, so a retry only happens when the repair
-                    # changes what goes on the wire: never resend the rejected body.
-                    self._history, _ = repair_malformed(self._history, self.archive)
-                    retry = self._outgoing(turn_max_tokens)
-                    if not malformed_retried and retry.messages != request.messages:
-                        malformed_retried = True
-                        continue
-                    raise UnrecoverableFailure(
-                        f"malformed history the provider rejects: {failure.evidence}", failure=failure
-                    ) from exc
-                if failure.kind is FailureKind.TRANSIENT_NETWORK and transient_left > 0:
-                    self._sleep(TRANSIENT_BACKOFF_S[min(self._transient_retries - transient_left, 1)])
-                    transient_left -= 1
-                    continue
-                if not failure.recoverable:
-                    raise UnrecoverableFailure(
-                        f"{failure.kind}: {failure.evidence or failure.kind}",
-                        failure=failure,
-                        attempts=attempts,
-                    ) from exc
-                if attempts >= self.policy.max_recovery_attempts:
-                    raise RecoveryExhausted(
-                        f"recovery exhausted after {attempts} attempt(s): "
-                        f"{failure.reason_text or failure.kind}",
-                        failure=failure,
-                        attempts=attempts,
-                    ) from exc
-                self._recover(failure, attempts + 1)
-                attempts += 1
+                request = self._after_failure(exc, request, turn, cancel)
                 continue
             self._account(request, response)
             self.cap_state.observe_accepted(response.request_bytes)
-            if attempts:
+            if turn.attempts:
                 self.stats.recoveries += 1
-                attempts = 0
+                turn.attempts = 0
             if response.truncated:
-                grown = self.escalation.next_max_tokens(turn_max_tokens)
+                grown = self.escalation.next_max_tokens(turn.max_tokens)
                 if grown is not None:
                     self.stats.escalations += 1
                     self._history = self.escalation.continuation(self._history, response.message)
-                    turn_max_tokens = grown
+                    turn.max_tokens = grown
+                    request = self._prologue(turn.max_tokens, cancel)
                     continue
             self._history.append(response.message)
             return response.message
+
+    def _after_failure(
+        self, exc: Exception, request: ChatRequest, turn: _Turn, cancel: CancelToken | None
+    ) -> ChatRequest:
+        """Classify a failed send and return the request to send next, or raise.
+
+        Never returns the rejected request again after a recovery step: a ladder
+        level that leaves the request unchanged is followed at once by the next
+        level, and when the ladder is spent the failure is raised instead of
+        resending a body the provider has already refused.
+        """
+        failure = classify(
+            exc, request_bytes=getattr(exc, "request_bytes", None), history_chars=total_weight(self._history)
+        )
+        self.stats.rejected_requests += 1
+        if failure.kind is FailureKind.MALFORMED_HISTORY:
+            # Pairing repair and one retry, never truncation. The outgoing copy is repaired
+            # before every send, so a retry only happens when the repair changes the request.
+            self._history, _ = repair_malformed(self._history, self.archive)
+            retry = self._prologue(turn.max_tokens, cancel)
+            if not turn.malformed_retried and retry.messages != request.messages:
+                turn.malformed_retried = True
+                return retry
+            raise UnrecoverableFailure(
+                f"malformed history the provider rejects: {failure.evidence}", failure=failure
+            ) from exc
+        if failure.kind is FailureKind.TRANSIENT_NETWORK and turn.transient_left > 0:
+            self._sleep(TRANSIENT_BACKOFF_S[min(self._transient_retries - turn.transient_left, 1)])
+            turn.transient_left -= 1
+            return request  # a plain retry: nothing about the request was wrong
+        if not failure.recoverable:
+            raise UnrecoverableFailure(
+                f"{failure.kind}: {failure.evidence or failure.kind}", failure=failure, attempts=turn.attempts
+            ) from exc
+        while turn.attempts < self.policy.max_recovery_attempts:
+            turn.attempts += 1
+            self._recover(failure, turn.attempts)
+            self._learn_window(failure)
+            retry = self._prologue(turn.max_tokens, cancel)
+            if retry.messages != request.messages:
+                return retry
+        raise RecoveryExhausted(
+            f"recovery exhausted after {turn.attempts} attempt(s): {failure.reason_text or failure.kind}",
+            failure=failure,
+            attempts=turn.attempts,
+        ) from exc
 
     def _prologue(self, max_tokens: int | None, cancel: CancelToken | None) -> ChatRequest:
         """SPEC §3 order: microcompact, dedup, pre-flight, compaction, then the outgoing copy."""
@@ -337,7 +374,7 @@ class Session:
         check = preflight(self._request_bytes(history, max_tokens), self.cap_state, policy)
         if check.notice is not None:
             self.events.emit(check.notice)
-        budget = self.char_budget(check.budget_ratio_override)
+        budget = self.char_budget(check.budget_ratio_override, max_tokens=max_tokens)
         if total_weight(self._history) > budget:
             self._compact_to(budget, "auto", cancel)
         request = self._outgoing(max_tokens)
@@ -396,6 +433,12 @@ class Session:
         return request_size(
             history, self.wire_format, model=self.model, max_tokens=max_tokens, tools=self.tools
         )
+
+    def _learn_window(self, failure: Failure) -> None:
+        limit = failure.context_limit_tokens
+        if limit and limit < self.context_window:
+            self.context_window = limit
+            self.events.notice("learned_window", LEARNED_WINDOW_NOTICE % limit)
 
     def _floor_sizes(self, ctx: RecoveryContext) -> tuple[int, int]:
         """Real bytes of the system part and of the smallest request compaction could produce.
@@ -515,6 +558,7 @@ class Session:
             "stats": self.stats.to_dict(),
             "cap_state": dataclasses.asdict(self.cap_state),
             "chars_per_token": self.chars_per_token,
+            "context_window": self.context_window,
             "tool_result_budget_chars": self.tool_result_budget_chars,
             "tool_result_max_chars": self.tool_result_max_chars,
         }
@@ -526,6 +570,7 @@ class Session:
         self.compactor.stats = self.stats
         self.cap_state = PayloadCapState(**state.get("cap_state", {}))
         self.chars_per_token = float(state.get("chars_per_token", self.chars_per_token))
+        self.context_window = int(state.get("context_window", self.context_window))
         self.tool_result_budget_chars = int(
             state.get("tool_result_budget_chars", self.tool_result_budget_chars)
         )

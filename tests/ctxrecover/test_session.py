@@ -19,7 +19,7 @@ import pytest
 
 from ctxrecover.archive import archive_key, marker
 from ctxrecover.classify import FailureKind
-from ctxrecover.errors import CompactionCancelled, UnrecoverableFailure
+from ctxrecover.errors import CompactionCancelled, RecoveryExhausted, UnrecoverableFailure
 from ctxrecover.events import Event, Notice, PostCompact, PreCompact, StatusEvent
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import ENV_VARIABLES, ConfigWarning, Policy
@@ -779,7 +779,9 @@ def test_memory_sink_runs_before_every_rewrite_and_hooks_fire_for_each_trigger()
     session.complete()  # consumes "manual done"
     session.add(Message.user("Continue."))
     log.clear()
-    session.complete()  # context overflow → recovery Level 1 repairs the dangling call
+    # context overflow → Level 1 repairs the dangling call in the history, but the request was already
+    # repaired on the way out, so Level 1 changes nothing on the wire and Level 2 runs before the resend
+    session.complete()
     recovery = list(log)
 
     assert ("sink", [m.content for m in original[1:]]) in auto
@@ -792,7 +794,10 @@ def test_memory_sink_runs_before_every_rewrite_and_hooks_fire_for_each_trigger()
     assert hooks(recovery) == [
         "PreCompact(trigger=recovery)",
         "PostCompact(trigger=recovery, outcome=applied)",
+        "PreCompact(trigger=recovery)",
+        "PostCompact(trigger=recovery, outcome=applied)",
     ]
+    assert len(sender.requests) == 4  # auto, manual-turn, the rejected one, one resend
     sink_index = next(i for i, e in enumerate(recovery) if isinstance(e, tuple))
     assert sink_index < next(i for i, e in enumerate(recovery) if isinstance(e, PreCompact))
     assert "Continue." in recovery[sink_index][1]  # type: ignore[index]
@@ -910,3 +915,41 @@ def test_cancelled_compaction_leaves_the_history_unchanged(manual: bool) -> None
     assert statuses(events)[-1].message == "⚠ Compaction cancelled by user"
     assert hooks(events)[-1].endswith("outcome=skipped)")
     assert session.undo_compaction() is False
+
+
+# -- beyond the reference: what overflows teach ---------------------------------------------------
+
+
+def test_an_overflow_that_states_the_window_tightens_the_sessions_window_once() -> None:
+    overflow = SendFailed(
+        "HTTP 400",
+        request_bytes=60_000,
+        status=400,
+        body='{"type":"error","error":{"type":"invalid_request_error",'
+        '"message":"prompt is too long: 14000 tokens > 8000 maximum"}}',
+    )
+    sender = ScriptedSender(overflow, answer("ok"), wire_format="anthropic", model="claude-test")
+    events: list[object] = []
+    session = Session(sender, on_event=events.append)
+    session.extend(conversation(30, 1800))
+
+    session.complete()
+
+    assert session.context_window == 8000
+    assert notices(events).count(
+        "ℹ Provider reported a context window of 8000 tokens — budget recomputed for this session"
+    ) == 1
+    # the budget leaves room for the 4096 tokens Anthropic reserves for the answer
+    assert session.char_budget(max_tokens=4096) <= int((8000 - 4096) * session.chars_per_token)
+
+
+def test_a_ladder_level_that_leaves_the_request_unchanged_is_never_resent() -> None:
+    sender = ScriptedSender(OVERFLOW_ERROR)
+    session = Session(sender)
+    session.extend([Message.system("Be brief."), Message.user("hi")])  # nothing any level can cut
+
+    with pytest.raises(RecoveryExhausted) as info:
+        session.complete()
+
+    assert len(sender.requests) == 1
+    assert info.value.attempts == 3

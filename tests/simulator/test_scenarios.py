@@ -142,12 +142,15 @@ def test_corporate_waf_over_loopback_tcp_matches_the_in_process_replay() -> None
     assert shape(over_tcp) == shape(in_process)
 
 
-def test_header_cap_spends_every_recovery_attempt_from_turn_two() -> None:
+def test_header_cap_fails_from_turn_two_without_resending_an_unchanged_body() -> None:
     result = run("header-431")
 
     failing = [r for r in result.records if r.turn == 1]
-    attempts = 1 + DEFAULT_POLICY.max_recovery_attempts
-    assert [r.outcome for r in failing] == ["rejected:payload_too_large"] * (attempts - 1) + ["failed"]
+    outcomes = [r.outcome for r in failing]
+    assert outcomes[-1] == "failed" and set(outcomes[:-1]) == {"rejected:payload_too_large"}
+    assert len(failing) <= 1 + DEFAULT_POLICY.max_recovery_attempts
+    assert not any(r.identical_retry for r in failing)  # the ladder never resends a refused body
+    assert result.stats.recovery_attempts == DEFAULT_POLICY.max_recovery_attempts
     assert result.records[0].outcome == "ok"
 
 
