@@ -940,3 +940,28 @@ def test_phrase_tables_are_lowercase_tuples() -> None:
         table = getattr(classify_module, name)
         assert isinstance(table, tuple), name
         assert all(p == p.lower() and "`" not in p for p in table), name
+
+
+@pytest.mark.parametrize(
+    ("body", "limit"),
+    [
+        ("This model's maximum context length is 128000 tokens. However, your messages resulted in "
+         "130000 tokens.", 128_000),
+        ("prompt is too long: 250000 tokens > 200000 maximum", 200_000),
+        ("input length and `max_tokens` exceed context limit: 197421 + 8192 > 200000, decrease input length "
+         "or `max_tokens` and try again", 200_000),
+        ("The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).",
+         1_048_576),
+        ("Prompt contains 40000 tokens, too large for model with 32768 maximum context length", 32_768),
+        ("ValidationException: Input is too long for requested model.", None),
+    ],
+)
+def test_overflow_states_the_window_when_the_text_does(body: str, limit: int | None) -> None:
+    failure = classify(status=400, body=body)
+    assert failure.kind is K.CONTEXT_OVERFLOW
+    assert failure.context_limit_tokens == limit
+
+
+def test_window_is_only_read_from_overflows() -> None:
+    failure = classify(status=429, body="maximum context length is 8000 tokens; rate limit")
+    assert failure.context_limit_tokens is None
