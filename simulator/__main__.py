@@ -5,6 +5,9 @@
               directory (``attempts.csv``, ``manifest.json``, PNG figures)
 ``replay``    one replay with its turn log (every event and notice, per turn/attempt)
 ``proxy``     a real loopback HTTP middlebox in front of a mock provider or a real URL
+``sweep``     policies (presets and peer baselines) × knob grids × scenarios, cached and
+              resumable, on processes or Dask; writes a sweep directory with its report
+``report``    regenerate every figure and table of a run or sweep directory
 ``classify``  classify an error body or message (``ctxrecover.classify``)
 ``generate``  write a seeded synthetic transcript
 ==========  ========================================================================
@@ -53,6 +56,7 @@ from simulator.replay import (
     replay,
 )
 from simulator.schedule import DEFAULT_CONTEXT_WINDOWS, ScenarioError, list_scenarios, load_scenario
+from simulator.sweep import Uniform
 from simulator.transcripts import Transcript, TranscriptError
 from simulator.transport import LoopbackServer
 
@@ -61,6 +65,9 @@ __all__ = ["POLICY_PRESETS", "build_parser", "main", "policy_from_spec"]
 PROG = "ctxsim"
 EXIT_OK = 0
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+RANGE_SEPARATOR = ".."  # --grid NAME=LOW..HIGH: a range for --random
+REPORT_FORMATS = ("png", "svg", "pdf")
 RUNS_DIR = Path("runs")
 RUN_DIR_FORMAT = "%Y%m%d-%H%M%S"
 WORKLOAD = "workload"  # --transcripts value: each scenario's own [workload] transcript
@@ -178,7 +185,7 @@ def _names(text: str) -> list[str]:
 # -- policies ------------------------------------------------------------------------------------
 
 
-def _coerce_policy_value(name: str, raw: str, annotation: str) -> object:
+def _coerce_policy_value(name: str, raw: str, annotation: str, option: str = "--policy") -> object:
     text = raw.strip()
     if text.lower() in NONE_WORDS and "None" in annotation:
         return None
@@ -198,7 +205,7 @@ def _coerce_policy_value(name: str, raw: str, annotation: str) -> object:
     except (KeyError, ValueError):
         kind = {"int": "an integer", "float": "a number", "bool": "true or false"}.get(base, base)
         hint = ' or a size such as "5MB"' if name in POLICY_SIZE_FIELDS else ""
-        raise ConfigError(f"--policy field {name}: expected {kind}{hint}, got {raw!r}") from None
+        raise ConfigError(f"{option} field {name}: expected {kind}{hint}, got {raw!r}") from None
     return text
 
 
@@ -267,13 +274,18 @@ def _run_dir(out: Path | None) -> Path:
     return candidate
 
 
+def _fixture_names() -> list[str]:
+    """Every bundled fixture transcript, smallest first."""
+    fixtures = sorted(FIXTURE_TRANSCRIPTS_DIR.glob("*.jsonl"), key=lambda p: p.stat().st_size)
+    return [p.stem for p in fixtures]
+
+
 def _transcripts(spec: str) -> list[Transcript | None]:
     names = _names(spec)
     if names == [WORKLOAD]:
         return [None]
     if names == [ALL]:
-        fixtures = sorted(FIXTURE_TRANSCRIPTS_DIR.glob("*.jsonl"), key=lambda p: p.stat().st_size)
-        names = [p.stem for p in fixtures]
+        names = _fixture_names()
     if not names:
         raise CliError(f"--transcripts is empty; give names or paths, {WORKLOAD!r} or {ALL!r}")
     return [load_named_transcript(name) for name in names]
@@ -328,6 +340,94 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if result.error:
         print(f"the replay ended at turn {result.turns_completed}: {result.error}")
     print(run_line(result))
+    return EXIT_OK
+
+
+# -- sweep and report ------------------------------------------------------------------------------------
+
+
+def _grid_option(text: str) -> tuple[str, list[object] | Uniform]:
+    """``NAME=V1,V2,...`` (values) or ``NAME=LOW..HIGH`` (a range for --random), typed by the Policy field."""
+    name, sep, raw = (part.strip() for part in text.partition("="))
+    if not sep or not name or not raw:
+        raise CliError(f"--grid {text!r}: expected NAME=V1,V2,... (e.g. budget_ratio=0.5,0.6) "
+                       f"or NAME=LOW{RANGE_SEPARATOR}HIGH with --random")
+    fields = {f.name: str(f.type) for f in dataclasses.fields(Policy) if f.name in Policy.fields()}
+    if name not in fields:
+        raise ConfigError(f"--grid {name!r} is not a Policy field; valid fields: {', '.join(fields)}")
+    if RANGE_SEPARATOR in raw:
+        low, _, high = raw.partition(RANGE_SEPARATOR)
+        bounds = [_coerce_policy_value(name, v, fields[name], "--grid") for v in (low, high)]
+        if not all(isinstance(b, int | float) and not isinstance(b, bool) for b in bounds):
+            raise ConfigError(f"--grid {name}: a range needs numbers, got {raw!r}")
+        return name, Uniform(bounds[0], bounds[1])  # type: ignore[arg-type]
+    return name, [_coerce_policy_value(name, v, fields[name], "--grid") for v in raw.split(",")]
+
+
+def _grid(options: Sequence[str]) -> dict[str, list[object] | Uniform]:
+    grid: dict[str, list[object] | Uniform] = {}
+    for text in options:
+        name, values = _grid_option(text)
+        if name in grid:
+            raise CliError(f"--grid {name} is given twice; put all its values in one option (NAME=A,B,C)")
+        grid[name] = values
+    return grid
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from simulator.report import comparison_table, markdown_table
+    from simulator.sweep import CACHE_DIR, sweep
+
+    grid = _grid(args.grid)
+    transcripts = _names(args.transcripts)
+    if transcripts == [ALL]:
+        transcripts = _fixture_names()
+    out = _run_dir(args.out)
+    try:
+        frame = sweep(
+            grid=grid, random=args.random, seed=args.seed,
+            scenarios=_names(args.scenarios) or None,
+            transcripts=None if transcripts == [WORKLOAD] else transcripts,
+            policies=args.policies, seeds=_seed_list(args.seeds), workers=args.workers, dask=args.dask,
+            cache_dir=args.cache, out_dir=out, figures=not args.no_figures,
+        )
+    except KeyboardInterrupt:
+        cache = args.cache or out / CACHE_DIR
+        print(f"{PROG}: interrupted; finished runs are cached in {cache} — run the same command to resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as exc:
+        raise CliError(f"{out}: cannot write the sweep directory: {exc.strerror or exc}") from None
+    print(markdown_table(comparison_table(frame)))
+    computed, cached = frame.attrs["computed"], frame.attrs["from_cache"]
+    print(f"\n{len(frame)} runs: {computed} computed, {cached} from the cache")
+    print(f"wrote {out}/")
+    return EXIT_OK
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        return [_seed(name) for name in _names(text)]
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"--seeds {text!r}: {exc}") from None
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from simulator.report import write_report
+
+    formats = _names(args.formats)
+    unknown = [fmt for fmt in formats if fmt not in REPORT_FORMATS]
+    if unknown or not formats:
+        raise CliError(f"--formats {args.formats!r}: use one or more of {', '.join(REPORT_FORMATS)}")
+    try:
+        written = write_report(args.run_dir, formats=formats, out_dir=args.out)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        where = args.out or args.run_dir
+        raise CliError(f"{where}: cannot write the report: {exc.strerror or exc}") from None
+    target = written[0].parent if written else args.out
+    print(f"wrote {len(written)} files to {target}/")
     return EXIT_OK
 
 
@@ -486,6 +586,49 @@ def build_parser() -> argparse.ArgumentParser:
     one.add_argument("--scenario", required=True, help="a bundled scenario name or a .toml/.json file")
     _add_replay_options(one)
     one.set_defaults(handler=_cmd_replay)
+
+    sweeping = commands.add_parser(
+        "sweep", help="policies × knob grids × scenarios, cached and resumable; writes a sweep directory",
+        description="Replay every policy (presets and peer baselines) at every knob point under every "
+                    "scenario; runs are cached per input in OUT/cache, so a rerun computes only what "
+                    "changed and an interrupted sweep resumes. Writes attempts.csv, summary.csv, "
+                    "manifest.json and the report, and prints the comparison table.")
+    sweeping.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
+                          help="a Policy field and its values, repeatable (the cartesian product is run); "
+                               f"NAME=LOW{RANGE_SEPARATOR}HIGH draws from a range with --random")
+    sweeping.add_argument("--random", type=_positive_int, default=None, metavar="N",
+                          help="seeded random search: N points drawn from the --grid values or ranges")
+    sweeping.add_argument("--seed", type=_seed, default=0, help="seed of the random search (default 0)")
+    sweeping.add_argument("--scenarios", default="",
+                          help="comma-separated scenario names or files (default: every bundled scenario)")
+    sweeping.add_argument("--transcripts", default=WORKLOAD,
+                          help=f"comma-separated names or paths; {WORKLOAD!r} (default) replays each "
+                               f"scenario's own [workload] transcript, {ALL!r} every bundled fixture")
+    sweeping.add_argument("--policies", default="default",
+                          help="comma-separated presets (default, chat), baseline names, or 'baselines' "
+                               "for all of them (default: default)")
+    sweeping.add_argument("--seeds", default="0", help="comma-separated replay seeds (default 0)")
+    where = sweeping.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=_positive_int, default=None,
+                       help="worker processes (default: one per CPU; 1 runs in this process)")
+    where.add_argument("--dask", default=None, metavar="ADDRESS|local",
+                       help="run on a Dask cluster: a scheduler address, or 'local' for a LocalCluster")
+    sweeping.add_argument("--out", type=Path, default=None,
+                          help="sweep directory (default: runs/<UTC timestamp>)")
+    sweeping.add_argument("--cache", type=Path, default=None, help="cache directory (default: OUT/cache)")
+    sweeping.add_argument("--no-figures", action="store_true", help="skip the report figures")
+    sweeping.set_defaults(handler=_cmd_sweep)
+
+    reporting = commands.add_parser("report", help="regenerate the figures and tables of a run or sweep",
+                                    description="Regenerate every figure and table of a run or sweep "
+                                                "directory from its attempts.csv, manifest.json and "
+                                                "summary.csv.")
+    reporting.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                           help="a `ctxsim run` or `ctxsim sweep` directory")
+    reporting.add_argument("--formats", default="png",
+                           help=f"comma-separated, among {', '.join(REPORT_FORMATS)} (default png)")
+    reporting.add_argument("--out", type=Path, default=None, help="where to write (default: RUN_DIR/report)")
+    reporting.set_defaults(handler=_cmd_report)
 
     proxy = commands.add_parser("proxy", help="a loopback HTTP middlebox in front of a mock or a real URL",
                                 description="Serve a fault-injecting middlebox on a loopback port in front "

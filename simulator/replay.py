@@ -61,10 +61,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ctxrecover.archive import MemoryArchive, archive_key
+from ctxrecover.archive import MemoryArchive
 from ctxrecover.classify import classify
 from ctxrecover.errors import PayloadFloorError, RecoveryError, RecoveryExhausted
-from ctxrecover.events import Event, Notice, PostCompact, PreCompact, SessionStats, StatusEvent
+from ctxrecover.events import Event, EventBus, Notice, PostCompact, PreCompact, SessionStats, StatusEvent
 from ctxrecover.messages import Message
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
@@ -81,6 +81,8 @@ from simulator.transport import DEFAULT_MOCK_BASE_URL, TURN_HEADER, LoopbackServ
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from simulator.baselines import Strategy
 
 __all__ = [
     "FALLBACK_TRANSCRIPT",
@@ -424,9 +426,11 @@ class _CountingArchive(MemoryArchive):
         self.chars = 0
 
     def put(self, content: str) -> str:
-        if archive_key(content) not in self:
+        entries = len(self)
+        key = super().put(content)  # content is hashed once (megabytes, for a dropped range)
+        if len(self) > entries:
             self.chars += len(content)
-        return super().put(content)
+        return key
 
 
 class _ReplaySender(HttpxSender):
@@ -704,7 +708,8 @@ def replay(
     seed: int | None = None,
     transport: str = "inprocess",
     on_event: Callable[[ReplayEvent], Any] | None = None,
-    policy_name: str = "default",
+    policy_name: str | None = None,
+    strategy: Strategy | None = None,
 ) -> ReplayResult:
     """Replay ``transcript`` under ``scenario`` with ``policy``; one record per request attempt.
 
@@ -715,7 +720,15 @@ def replay(
     ``seed`` seeds the middlebox and the mock provider (None: the scenario's seed).
     ``transport`` is ``inprocess`` (``httpx.MockTransport``) or ``loopback`` (a real
     TCP server on 127.0.0.1). ``on_event`` sees every library event and every
-    finished attempt as a :class:`ReplayEvent`, as they happen.
+    finished attempt as a :class:`ReplayEvent`, as they happen. ``policy_name``
+    labels the run (default: the strategy's name, else ``default``).
+
+    ``strategy`` (a :class:`simulator.baselines.Strategy`, e.g. one of
+    :data:`simulator.baselines.BASELINES`) replaces parts of ctxrecover: its Policy
+    overrides apply over ``policy`` (before the scenario's), and the Session gets
+    the compactor, ladder and cap state its factory builds for this run — built
+    with the run's policy, archive, an event bus feeding ``on_event``, the
+    session's stats and the scenario's summarizer.
     """
     if transport not in TRANSPORTS:
         raise ReplayError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
@@ -727,7 +740,9 @@ def replay(
     if not turns:
         raise ReplayError(f"transcript {original.name!r} has no assistant reply to replay")
     seed = scenario.seed if seed is None else seed
-    run_policy = scenario.apply_policy(policy)
+    run_policy = scenario.apply_policy(policy if strategy is None else strategy.apply(policy))
+    if policy_name is None:
+        policy_name = "default" if strategy is None else strategy.name
     run_id = f"{original.name}|{scenario.name}|{policy_name}|s{seed}"
     identity = {"run_id": run_id, "transcript": original.name, "transcript_sha256": original.sha256,
                 "scenario": scenario.name, "policy": policy_name, "seed": seed}
@@ -739,7 +754,8 @@ def replay(
     with ExitStack() as stack:
         if transport == "loopback":
             server = stack.enter_context(LoopbackServer(box))
-            base_url, http_transport = server.base_url, None
+            # plain HTTP on 127.0.0.1: skip loading a TLS trust store (~20 ms per replay)
+            base_url, http_transport = server.base_url, httpx.HTTPTransport(verify=False)
         else:
             base_url, http_transport = DEFAULT_MOCK_BASE_URL, mount_inprocess(box)
         client = stack.enter_context(httpx.Client(
@@ -748,10 +764,14 @@ def replay(
         ))
         sender = _ReplaySender(recorder, scenario.provider.format, base_url=base_url,
                                model=scenario.provider.model, api_key=REPLAY_API_KEY, client=client)
+        stats, summarizer = SessionStats(), _summarizer(scenario)
+        options = {} if strategy is None else strategy.session_options(
+            run_policy, archive, EventBus(recorder.on_library_event), stats, summarizer=summarizer
+        )
         session = Session(
-            sender, policy=run_policy, archive=archive, summarizer=_summarizer(scenario),
+            sender, policy=run_policy, archive=archive, summarizer=summarizer,
             on_event=recorder.on_library_event, model=scenario.provider.model,
-            max_tokens=scenario.workload.max_tokens, sleep=_no_sleep,
+            max_tokens=scenario.workload.max_tokens, sleep=_no_sleep, stats=stats, **options,
         )
         recorder.attach(session)
         error, completed, divergences = _drive(session, recorder, script, turns, trailing)

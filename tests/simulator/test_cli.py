@@ -24,11 +24,13 @@ from simulator.transport import LoopbackServer
 REPO = Path(__file__).parents[2]
 PAGES = REPO / "fixtures" / "pages"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-SUBCOMMANDS = ("run", "replay", "proxy", "classify", "generate")
+SUBCOMMANDS = ("run", "replay", "sweep", "report", "proxy", "classify", "generate")
 RECOVERABLE_WAF = (
     "⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) — compacting and retrying"
 )
 TINY_RUN = ("run", "--transcripts", "chat-50k", "--scenarios", "corporate-128k-waf,rate-limit-429")
+TINY_SWEEP = ("sweep", "--grid", "budget_ratio=0.5,0.75", "--scenarios", "corporate-128k-waf",
+              "--transcripts", "chat-50k", "--policies", "default,cline-drop-half", "--workers", "1")
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -123,6 +125,49 @@ def test_policy_specs_read_presets_pairs_and_files(tmp_path: Path) -> None:
     assert policy_from_spec(str(path)) == (policy_from_spec("chat")[0].replace(payload_cap=524288), "tight")
 
 
+# -- sweep and report -----------------------------------------------------------------------------------
+
+
+def test_sweep_writes_a_sweep_directory_and_prints_the_comparison_table(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "sweep"
+    code, stdout, _ = run_cli(capsys, *TINY_SWEEP, "--no-figures", "--out", str(out))
+
+    lines = stdout.splitlines()
+    assert code == 0
+    assert [cell.strip() for cell in lines[0].split("|")[1:4]] == ["policy", "scenario", "runs"]
+    assert any(line.startswith("| cline-drop-half[budget_ratio=0.75]") for line in lines)
+    assert lines[-2:] == ["4 runs: 4 computed, 0 from the cache", f"wrote {out}/"]
+    assert {p.name for p in out.iterdir()} == {"attempts.csv", "summary.csv", "manifest.json", "cache"}
+
+    code, stdout, _ = run_cli(capsys, *TINY_SWEEP, "--no-figures", "--out", str(out))
+    assert code == 0 and stdout.splitlines()[-2] == "4 runs: 0 computed, 4 from the cache"
+
+
+def test_report_regenerates_the_figures_and_tables_of_a_sweep(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "sweep"
+    assert run_cli(capsys, *TINY_SWEEP, "--no-figures", "--out", str(out))[0] == 0
+
+    code, stdout, _ = run_cli(capsys, "report", str(out), "--formats", "png,svg")
+
+    report = out / "report"
+    assert code == 0 and stdout == f"wrote {len(list(report.iterdir()))} files to {report}/\n"
+    assert (report / "outcome-matrix.png").read_bytes().startswith(PNG_MAGIC)
+    assert (report / "outcome-matrix.svg").is_file() and (report / "comparison.md").is_file()
+
+
+def test_report_also_reads_a_run_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert run_cli(capsys, *TINY_RUN, "--no-figures", "--out", str(out))[0] == 0
+
+    code, stdout, _ = run_cli(capsys, "report", str(out), "--out", str(tmp_path / "figures"))
+
+    assert code == 0 and stdout.startswith("wrote ") and (tmp_path / "figures" / "runs.csv").is_file()
+
+
 # -- one-line errors -----------------------------------------------------------------------------------
 
 
@@ -156,6 +201,17 @@ def bad_scenario(tmp_path: Path) -> Path:
         (["generate", "--turns", "0", "--out", "x.jsonl"], "argument --turns: expected a positive integer"),
         (["replay", "--scenario", "rate-limit-429", "--transport", "pigeon"],
          "argument --transport: invalid choice"),
+        (["sweep", "--grid", "budgetratio=0.5"], "--grid 'budgetratio' is not a Policy field; valid fields:"),
+        (["sweep", "--grid", "budget_ratio=0.5,lots"], "--grid field budget_ratio: expected a number"),
+        (["sweep", "--grid", "budget_ratio=1.5", "--scenarios", "rate-limit-429"],
+         "Policy.budget_ratio must be a fraction in (0, 1]"),
+        (["sweep", "--grid", "budget_ratio"], "--grid 'budget_ratio': expected NAME=V1,V2,..."),
+        (["sweep", "--grid", "keep_recent=4", "--grid", "keep_recent=6"], "--grid keep_recent is given"),
+        (["sweep", "--grid", "budget_ratio=0.4..0.8"], "ranges need a random search"),
+        (["sweep", "--policies", "default,cline"], "unknown policy 'cline'"),
+        (["sweep", "--workers", "2", "--dask", "local"], "not allowed with argument --workers"),
+        (["report", "/nonexistent/run"], "/nonexistent/run: no such run directory"),
+        (["report", "{scenario}", "--formats", "gif"], "--formats 'gif': use one or more of png, svg, pdf"),
     ],
 )
 def test_bad_input_gives_one_error_line_and_exit_code_2(
