@@ -60,6 +60,7 @@ from ctxrecover.summarize import CancelToken, Summarizer, build_prompt, render_s
 __all__ = [
     "CompactionReport",
     "CompactionResult",
+    "CompactionRun",
     "HistoryCompactor",
     "MANUAL_KEEP_RECENT",
     "SUMMARY_HEADER",
@@ -165,8 +166,9 @@ class _CountingArchive:
         return key in self.store
 
 
-class _Run:
-    """Mutable tallies of one :meth:`HistoryCompactor.compact` call."""
+class CompactionRun:
+    """Mutable tallies of one :meth:`HistoryCompactor.compact` call (budget, level reached,
+    summarizer usage); :meth:`HistoryCompactor.levels` reads and updates it."""
 
     def __init__(self, trigger: Trigger, budget: int, source: list[Message], archive: Archive) -> None:
         self.trigger = trigger
@@ -368,7 +370,7 @@ class HistoryCompactor:
         instruction = self._validate(budget_chars, keep_recent, trigger, instruction)
         started = self.clock()
         source = list(history)
-        run = _Run(trigger, budget_chars, source, self.archive)
+        run = CompactionRun(trigger, budget_chars, source, self.archive)
         self._status(
             "start",
             STATUS_START
@@ -377,7 +379,7 @@ class HistoryCompactor:
         undo_token = self._prepare(source)
         self.events.emit(PreCompact(trigger))
         try:
-            result = self._levels(source, run, keep_recent, cancel, instruction)
+            result = self.levels(source, run, keep_recent, cancel, instruction)
         except CompactionCancelled:
             self._status("cancelled", STATUS_CANCELLED)
             self._finish(run, source, undo_token, started, skipped=True, cancelled=True)
@@ -393,14 +395,21 @@ class HistoryCompactor:
         return CompactionResult(history=result, report=report)
 
     # -- levels ---------------------------------------------------------------------
-    def _levels(
+    def levels(
         self,
         history: list[Message],
-        run: _Run,
+        run: CompactionRun,
         keep_recent: int,
         cancel: CancelToken | None,
         instruction: str | None,
     ) -> list[Message]:
+        """The compaction strategy: trim → summary → emergency truncation → shrink (SPEC §5).
+
+        The extension point for other strategies (see ``simulator.baselines``): a
+        subclass overrides it and keeps :meth:`compact`'s bookkeeping — status
+        events, hooks, undo, memory flush, counters. Set ``run.level`` to the
+        level reached and archive through ``run.archive``.
+        """
         if run.chars_before <= run.budget and instruction is None:
             return history
         self._status("trim", STATUS_TRIM)
@@ -423,7 +432,7 @@ class HistoryCompactor:
             current = summarized
         return self._truncate(current, run, keep_recent)
 
-    def _age_verbatim(self, history: list[Message], run: _Run) -> list[Message]:
+    def _age_verbatim(self, history: list[Message], run: CompactionRun) -> list[Message]:
         """Replace the oldest verbatim messages by recall stubs until they fit their share of the budget."""
         cap = int(run.budget * self.policy.verbatim_budget_fraction)
         indices = [i for i, m in enumerate(history) if m.preserve_verbatim and m.role != "system"]
@@ -446,7 +455,7 @@ class HistoryCompactor:
     def _summarize(
         self,
         history: list[Message],
-        run: _Run,
+        run: CompactionRun,
         keep_recent: int,
         cancel: CancelToken | None,
         instruction: str | None,
@@ -514,7 +523,7 @@ class HistoryCompactor:
         )
         return result
 
-    def _truncate(self, history: list[Message], run: _Run, keep_recent: int) -> list[Message]:
+    def _truncate(self, history: list[Message], run: CompactionRun, keep_recent: int) -> list[Message]:
         """Level 3: emergency truncation, then content shrinking while still over budget."""
         self._status("emergency", STATUS_EMERGENCY)
         run.level = LEVEL_TRUNCATION
@@ -588,7 +597,7 @@ class HistoryCompactor:
 
     def _finish(
         self,
-        run: _Run,
+        run: CompactionRun,
         result: list[Message],
         undo_token: _UndoToken,
         started: float,

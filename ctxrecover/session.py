@@ -568,7 +568,8 @@ class Session:
         self._history = [Message.from_dict(d) for d in state.get("history", [])]
         self.stats = SessionStats.from_dict(state.get("stats", {}))
         self.compactor.stats = self.stats
-        self.cap_state = PayloadCapState(**state.get("cap_state", {}))
+        # The same cap-learning strategy (a subclass such as bisection keeps its type).
+        self.cap_state = type(self.cap_state)(**state.get("cap_state", {}))
         self.chars_per_token = float(state.get("chars_per_token", self.chars_per_token))
         self.context_window = int(state.get("context_window", self.context_window))
         self.tool_result_budget_chars = int(

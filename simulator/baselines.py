@@ -289,7 +289,7 @@ def _ask(summarizer: Summarizer, prompt: str, timeout: float | None,
 class NoCompaction(HistoryCompactor):
     """Planned compaction switched off: the budget is never enforced (every call is skipped)."""
 
-    def _levels(self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None,
+    def levels(self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None,
                 instruction: str | None) -> list[Message]:
         return history
 
@@ -304,7 +304,7 @@ class _PeerCompactor(HistoryCompactor):
 
     phase: ClassVar[str] = PHASE_LEVEL3
 
-    def _levels(self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None,
+    def levels(self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None,
                 instruction: str | None) -> list[Message]:
         if run.chars_before <= run.budget and instruction is None:
             return history
