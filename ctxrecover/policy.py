@@ -135,6 +135,8 @@ DEFAULT_MEANINGS: Mapping[str, str] = MappingProxyType(
 COMPACT_MODEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*:\S+")
 MCP_ENGINE_RE = re.compile(r"mcp:\S+")
 POSITIVE_INT_RE = re.compile(r"\+?[0-9]+")
+# Longer integers are typos: int() refuses over 4300 digits and float budgets overflow long before.
+MAX_ENV_INT_DIGITS = 18
 
 # Fields that are not knobs (excluded from Policy.fields()).
 NON_KNOB_FIELDS = frozenset({"env_problems"})
@@ -368,7 +370,11 @@ def _is_context_engine(value: object) -> bool:
 
 def _parse_positive_int(raw: str) -> tuple[object, str | None]:
     text = raw.strip()
-    if not POSITIVE_INT_RE.fullmatch(text) or int(text) <= 0:
+    if not POSITIVE_INT_RE.fullmatch(text):
+        return None, "not a positive integer"
+    if len(text.lstrip("+0")) > MAX_ENV_INT_DIGITS:
+        return None, f"more than {MAX_ENV_INT_DIGITS} digits"
+    if int(text) <= 0:
         return None, "not a positive integer"
     return int(text), None
 

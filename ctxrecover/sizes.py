@@ -76,9 +76,10 @@ def parse_payload_size(text: str | None) -> int:
         value = float(s)
     except ValueError:
         return 0
-    if not math.isfinite(value) or value <= 0:
+    size = value * unit  # "1e308GB" overflows to inf: not a size either
+    if not math.isfinite(size) or size <= 0:
         return 0
-    return int(value * unit)
+    return int(size)
 
 
 def format_payload_size(n: int | float) -> str:

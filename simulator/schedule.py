@@ -132,6 +132,7 @@ POLICY_SIZE_FIELDS = frozenset({"assumed_payload_cap", "payload_cap"})
 BARE_NUMBER_RE = re.compile(r"\s*\d+(\.\d*)?\s*")
 ZERO_SIZE_RE = re.compile(r"\s*0+(\.0*)?\s*([KMG]B?|B)\s*", re.IGNORECASE)
 SIZE_HINT = 'a size in bytes or a string such as "128KB" or "1.5MB"'
+TOO_DEEP = "arrays or tables nested too deeply"
 
 # Positional values of the compact fault spec, per kind (options go as key=value).
 FAULT_SPEC_POSITIONALS: Mapping[str, tuple[str, ...]] = MappingProxyType(
@@ -493,9 +494,10 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
             document = json.loads(path.read_text(encoding="utf-8"))
         else:
             document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         kind = "JSON" if path.suffix == ".json" else "TOML"
-        raise ScenarioError(f"{path}: invalid {kind}: {exc}") from None
+        reason = TOO_DEEP if isinstance(exc, RecursionError) else exc
+        raise ScenarioError(f"{path}: invalid {kind}: {reason}") from None
     if not isinstance(document, dict):
         raise ScenarioError(f"{path}: a scenario must be a JSON object")
     return scenario_from_document(document, name=path.stem, source=path)

@@ -96,6 +96,7 @@ TAU_BENCH_RUN_KEYS: frozenset[str] = frozenset({"task_id", "traj"})
 ENCODING = "utf-8"
 ENCODING_ERRORS = "surrogatepass"  # lone surrogates from JSON escapes survive a round trip
 PREVIEW_CHARS = 40
+TOO_DEEP = "arrays or objects nested too deeply"
 
 
 class TranscriptError(ValueError):
@@ -335,7 +336,7 @@ def _parse(source: _Source, format: str | None) -> tuple[str, Any]:
             raise source.error(f"unknown format {format!r}: expected {_one_of(FORMATS)}")
         return format, None if format in LINE_FORMATS else _parse_document(source)
     try:
-        doc = json.loads(source.text)
+        doc = _json_loads(source.text)
     except json.JSONDecodeError as exc:
         first = _first_line_object(source.text)
         if first is None:
@@ -350,9 +351,17 @@ def _parse(source: _Source, format: str | None) -> tuple[str, Any]:
     return fmt, None if fmt in LINE_FORMATS else doc
 
 
+def _json_loads(text: str) -> Any:
+    """``json.loads``; nesting deeper than the interpreter can recurse is a JSON error too."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError(TOO_DEEP, text, 0) from None
+
+
 def _parse_document(source: _Source) -> Any:
     try:
-        return json.loads(source.text)
+        return _json_loads(source.text)
     except json.JSONDecodeError as exc:
         raise source.error(f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from exc
 
@@ -367,7 +376,7 @@ def _first_line_object(text: str) -> dict[str, Any] | None:
     for line in text.split("\n"):
         if line.strip():
             try:
-                value = json.loads(line)
+                value = _json_loads(line)
             except json.JSONDecodeError:
                 return None
             return value if isinstance(value, dict) else None
@@ -454,7 +463,7 @@ def _json_lines(source: _Source) -> Iterable[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            yield number, json.loads(line)
+            yield number, _json_loads(line)
         except json.JSONDecodeError as exc:
             raise source.error(f"invalid JSON: {exc.msg} (column {exc.colno})", line=number) from exc
 
