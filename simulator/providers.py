@@ -574,7 +574,11 @@ class _OpenAIChat(_OpenAIErrors):
                     function = call.get("function") or {}
                     tally.text(function.get("name"))
                     tally.text(function.get("arguments"))
-            for part in _blocks(message.get("content")):
+            content = message.get("content")
+            if isinstance(content, str):  # the common case, without building a text block
+                tally.chars += len(content)
+                continue
+            for part in _blocks(content):
                 if isinstance(part, dict) and part.get("type") == "image_url":
                     tally.images += 1
                 elif isinstance(part, dict):

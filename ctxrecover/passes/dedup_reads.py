@@ -70,6 +70,7 @@ __all__ = [
 
 SUPERSEDED_TEXT = "[Earlier read of %s superseded by a later read of the same file — %d chars cleared]"
 PATH_SEPARATOR = ", "  # joins the paths of a multi-file read in its stub
+READS_CACHE_KEY = "dedup:reads"  # msg._cache entry: (owning call, parsers, blocks found)
 
 FILE_HEADER_RE = re.compile(
     r"^<<< FILE: (?P<path>.+?)(?: \(lines (?P<start>\d+)-(?P<end>\d+)\))? >>>[ \t]*$", re.MULTILINE
@@ -99,7 +100,11 @@ class ReadBlock:
 
 
 class ReadParser(Protocol):
-    """Finds the file reads in a tool message; ``call`` is its owning tool call, or None."""
+    """Finds the file reads in a tool message; ``call`` is its owning tool call, or None.
+
+    A parser must be a pure function of its arguments: its answer is memoized on
+    the (immutable) message, so each message is parsed once, not at every turn.
+    """
 
     def __call__(self, message: Message, call: ToolCall | None) -> list[ReadBlock]: ...
 
@@ -188,6 +193,20 @@ def _owning_calls(history: list[Message]) -> list[ToolCall | None]:
     return owners
 
 
+def _parsed(msg: Message, call: ToolCall | None, parsers: Sequence[ReadParser]) -> list[ReadBlock]:
+    """The blocks of the first parser that finds any, memoized on the message (parsed once, not per turn)."""
+    memo = msg._cache.get(READS_CACHE_KEY)
+    if memo is not None:
+        cached_call, cached_parsers, blocks = memo
+        if (cached_call is call or cached_call == call) and (
+            cached_parsers is parsers or cached_parsers == parsers
+        ):
+            return blocks
+    blocks = next((found for parser in parsers if (found := parser(msg, call))), [])
+    msg._cache[READS_CACHE_KEY] = (call, parsers, blocks)
+    return blocks
+
+
 def _reads(
     history: list[Message], parsers: Sequence[ReadParser]
 ) -> list[tuple[int, list[ReadBlock]]]:
@@ -197,11 +216,9 @@ def _reads(
             continue
         if msg.role != "tool" and not (msg.role == "user" and msg.agent_feedback):
             continue
-        for parser in parsers:
-            blocks = parser(msg, call)
-            if blocks:
-                reads.append((i, blocks))
-                break
+        blocks = _parsed(msg, call, parsers)
+        if blocks:
+            reads.append((i, blocks))
     return reads
 
 

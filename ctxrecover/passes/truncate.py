@@ -133,10 +133,11 @@ def render_transcript(messages: Sequence[Message]) -> str:
     """
     parts: list[str] = []
     for msg in messages:
-        lines = [f"[{msg.role}]: {msg.content}"]
-        lines += [f"[tool_call {call.id} {call.name}: {call.arguments}]" for call in msg.tool_calls]
-        lines += [f"[image: {image.url or image.media_type}]" for image in msg.images]
-        parts.append("\n".join(lines) + "\n\n")
+        # pieces, not per-message f-strings: each content is copied once, by the final join
+        parts += ("[", msg.role, "]: ", msg.content)
+        parts += (f"\n[tool_call {call.id} {call.name}: {call.arguments}]" for call in msg.tool_calls)
+        parts += (f"\n[image: {image.url or image.media_type}]" for image in msg.images)
+        parts.append("\n\n")
     return "".join(parts)
 
 

@@ -205,6 +205,20 @@ def test_parsers_are_pluggable() -> None:
     assert out is history
 
 
+def test_each_read_is_parsed_once_however_many_turns_pass() -> None:
+    parsed: list[str] = []
+
+    def counting(message: Message, call: ToolCall | None) -> list[ReadBlock]:
+        parsed.append(message.tool_call_id or "")
+        return parse_file_blocks(message, call)
+
+    history = [*read("r1", file_block("a.py")), Message.user("go on"), *read("r2", file_block("b.py"))]
+    for _turn in range(3):
+        out, report = dedup_repeated_reads(history, archive=MemoryArchive(), parsers=(counting,))
+        assert out is history and not report.changed
+    assert parsed == ["r1", "r2"]
+
+
 @pytest.mark.parametrize(
     ("content", "blocks"),
     [

@@ -1,0 +1,165 @@
+"""P5 and P6 — recovery efficiency and summarizer cost on the bundled scenario matrix.
+
+Every bundled scenario (``fixtures/scenarios``) is replayed in process with its own
+workload under three policies: the default (the ¾ rule learns the payload cap), the
+``cap-bisection`` baseline (the cap is bisected between the largest accepted and the
+smallest rejected size) and the ``summarize-everything`` baseline (OpenHands'
+summarizing condenser: the whole history but the last two messages becomes one LLM
+summary, nothing archived).
+
+- **P5** — rejected requests per proxy-failure episode (an episode is a run of
+  rejected attempts of one turn, :func:`simulator.metrics.episodes`; proxy failures
+  are ``payload_too_large``, ``waf_rejection`` and ``suspected_payload``), for the ¾
+  rule and bisection side by side. The headline counts body-size failures; a 431
+  (the *headers* are too large, which no history compaction can fix, so every
+  attempt is spent by design) is reported separately. Target ≤ 1.1 (physical limit 1:
+  the first rejection is how the cap is discovered).
+- **P6** — summarizer USD per 100 completed turns, default ÷ summarize-everything,
+  over the scenarios where both policies end the same way (equal recovery success).
+  Target ≤ 0.5.
+
+Deterministic (mock providers and summarizers, fixed seeds). Run it with
+``python bench/bench_recovery.py``; ``run()`` returns the measures.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from simulator.baselines import BASELINES
+from simulator.metrics import episodes
+from simulator.middlebox import HeaderCap
+from simulator.replay import ReplayResult, replay
+from simulator.schedule import list_scenarios, load_scenario
+
+PROXY_FAILURES = frozenset({"payload_too_large", "waf_rejection", "suspected_payload"})
+POLICIES = {  # key → baseline name (None: the default policy)
+    "three_quarters": None,
+    "bisection": "cap-bisection",
+    "summarize_everything": "summarize-everything",
+}
+EPISODE_COLUMNS = ["first_failure_kind", "rejected_requests", "recovered"]
+TARGET_REJECTED_PER_EPISODE = 1.1
+TARGET_COST_RATIO = 0.5
+TURNS_PER_UNIT = 100
+
+
+def replay_matrix(scenarios: Sequence[str], policy: str | None) -> dict[str, ReplayResult]:
+    """One in-process replay per scenario under the default policy or a named baseline."""
+    strategy = BASELINES[policy] if policy else None
+    return {name: replay(None, load_scenario(name), strategy=strategy) for name in scenarios}
+
+
+def _header_capped(result: ReplayResult) -> bool:
+    return any(isinstance(fault, HeaderCap) for fault in result.scenario.faults)
+
+
+def proxy_episodes(results: dict[str, ReplayResult]) -> list[dict[str, Any]]:
+    """The proxy-failure episodes of a matrix: scenario, kind, rejected requests, recovered, header cap."""
+    rows = []
+    for name, result in results.items():
+        frame = episodes(result.frame)
+        for kind, rejected, recovered in frame[EPISODE_COLUMNS].itertuples(index=False):
+            if kind in PROXY_FAILURES:
+                rows.append({"scenario": name, "kind": kind, "rejected": int(rejected),
+                             "recovered": bool(recovered), "header_cap": _header_capped(result)})
+    return rows
+
+
+def _mean(values: list[int]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def efficiency(results: dict[str, ReplayResult]) -> dict[str, Any]:
+    """P5 numbers for one policy."""
+    rows = proxy_episodes(results)
+    body = [r for r in rows if not r["header_cap"]]
+    return {
+        "episodes": len(body),
+        "rejected_per_episode": _mean([r["rejected"] for r in body]),
+        "recovered_episodes": sum(r["recovered"] for r in body),
+        "episodes_incl_header_cap": len(rows),
+        "rejected_per_episode_incl_header_cap": _mean([r["rejected"] for r in rows]),
+        "by_scenario": {r["scenario"]: r["rejected"] for r in rows},
+    }
+
+
+def summarizer_cost(results: dict[str, ReplayResult], scenarios: Sequence[str]) -> dict[str, Any]:
+    """Summarizer USD, calls and completed turns over ``scenarios``, and USD per 100 turns."""
+    cost = sum(results[name].stats.summarizer_cost_usd for name in scenarios)
+    turns = sum(results[name].turns_completed for name in scenarios)
+    return {
+        "usd": cost,
+        "calls": sum(results[name].stats.summarizer_calls for name in scenarios),
+        "turns": turns,
+        "usd_per_100_turns": cost / turns * TURNS_PER_UNIT if turns else 0.0,
+        "chars_lost": sum(results[name].chars_lost for name in scenarios),
+        "by_scenario": {name: results[name].stats.summarizer_cost_usd for name in scenarios},
+    }
+
+
+def run(*, scenarios: Sequence[str] | None = None) -> dict[str, Any]:
+    """Replay the matrix under the three policies; P5 and P6 numbers."""
+    names = list(scenarios or list_scenarios())
+    matrix = {key: replay_matrix(names, policy) for key, policy in POLICIES.items()}
+    default, bisection, peer = (matrix[key] for key in POLICIES)
+    equal = [n for n in names if default[n].outcome == peer[n].outcome == bisection[n].outcome]
+    p6_default, p6_bisection, p6_peer = (summarizer_cost(m, equal) for m in (default, bisection, peer))
+
+    def ratio_to_peer(cost: dict[str, Any]) -> float | None:
+        return cost["usd_per_100_turns"] / p6_peer["usd_per_100_turns"] if p6_peer["usd"] else None
+
+    ratio = ratio_to_peer(p6_default)
+    p5 = {key: efficiency(matrix[key]) for key in ("three_quarters", "bisection")}
+    p5_ok = all(
+        m["rejected_per_episode"] is not None and m["rejected_per_episode"] <= TARGET_REJECTED_PER_EPISODE
+        for m in p5.values()
+    )
+    return {
+        "benchmark": "P5/P6 recovery efficiency and summarizer cost",
+        "scenarios": names,
+        "outcomes": {key: {name: r.outcome for name, r in rs.items()} for key, rs in matrix.items()},
+        "P5": {**p5, "target": TARGET_REJECTED_PER_EPISODE, "passed": p5_ok},
+        "P6": {
+            "equal_outcome_scenarios": equal,
+            "default": p6_default,
+            "bisection": p6_bisection,
+            "summarize_everything": p6_peer,
+            "ratio": ratio,
+            "ratio_bisection": ratio_to_peer(p6_bisection),
+            "target": TARGET_COST_RATIO,
+            "passed": ratio is not None and ratio <= TARGET_COST_RATIO,
+        },
+    }
+
+
+def main() -> int:
+    result = run()
+    p5, p6 = result["P5"], result["P6"]
+    print(f"P5 — rejected requests per proxy-failure episode ({len(result['scenarios'])} scenarios)")
+    print(f"{'cap learning':<16}{'episodes':>9}{'rejected/ep':>13}{'recovered':>11}{'incl. 431':>11}")
+    for key, label in (("three_quarters", "¾ rule"), ("bisection", "bisection")):
+        m = p5[key]
+        print(f"{label:<16}{m['episodes']:>9}{m['rejected_per_episode']:>13.2f}{m['recovered_episodes']:>11}"
+              f"{m['rejected_per_episode_incl_header_cap']:>11.2f}")
+    print(f"target ≤ {p5['target']} — {'PASS' if p5['passed'] else 'FAIL'}")
+    equal = len(p6["equal_outcome_scenarios"])
+    print(f"\nP6 — summarizer USD per {TURNS_PER_UNIT} turns on {equal} scenarios with equal outcomes")
+    print(f"{'scenario':<28}{'default $':>11}{'bisection $':>13}{'summ.-all $':>13}")
+    for name in p6["equal_outcome_scenarios"]:
+        print(f"{name:<28}" + "".join(f"{p6[key]['by_scenario'][name]:>{width}.5f}" for key, width in
+                                      (("default", 11), ("bisection", 13), ("summarize_everything", 13))))
+    for key in ("default", "bisection", "summarize_everything"):
+        m = p6[key]
+        print(f"{key:<22} {m['calls']:>3} calls, {m['turns']} turns, ${m['usd_per_100_turns']:.5f} per "
+              f"{TURNS_PER_UNIT} turns, {m['chars_lost']:,} chars lost")
+    ratio = "n/a" if p6["ratio"] is None else f"{p6['ratio']:.2f}"
+    print(f"ratio {ratio} (target ≤ {p6['target']}) — {'PASS' if p6['passed'] else 'FAIL'}; "
+          f"with bisection cap learning {p6['ratio_bisection'] or float('nan'):.2f}")
+    return 0 if p5["passed"] and p6["passed"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,326 @@
+"""Run every benchmark: print a table, write ``bench/results.json``, refresh BENCHMARKS.md.
+
+::
+
+    python bench/run.py                  # all benchmarks, full size (~1.5 min)
+    python bench/run.py --quick          # smaller sizes and fewer repeats; prints, writes nothing
+    python bench/run.py --only P3,P5     # a subset; prints, writes nothing
+    python bench/run.py --profile DIR    # also a pyinstrument profile of each benchmark in DIR
+
+Every measure is a ratio of two things timed (or counted) in the same run, so
+results from different machines compare. ``bench/results.json`` holds one key per
+measure (``"P1.ratio"``, ``"P4.sweep_speedup"``, …) plus ``targets``, ``status``,
+``machine`` (platform, CPUs, load average before and after) and ``date``;
+BENCHMARKS.md's table between :data:`START_MARKER` and :data:`END_MARKER` is
+rewritten, the prose around it kept. Exits 0 once the results are written (missed
+targets are reported, not fatal); ``--strict`` exits 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import bench_compaction
+import bench_peers
+import bench_recovery
+import bench_simulator
+import bench_sizing
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_JSON = BENCH_DIR / "results.json"
+BENCHMARKS_MD = BENCH_DIR.parent / "BENCHMARKS.md"
+START_MARKER = "<!-- results:start -->"
+END_MARKER = "<!-- results:end -->"
+BENCHMARK_IDS = ("P1", "P2", "P3", "P4", "P5", "P6")
+QUICK_P2_SCALES_MB = (1, 2, 4)
+QUICK_REPEATS = 3
+QUICK_P3_MESSAGES = 500
+QUICK_P3_BYTES = 1_250_000
+PACKAGES = ("httpx", "langchain-core", "pyinstrument")
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """One row of the table: a ratio, its target and how it was obtained.
+
+    ``data`` replaces ``value`` in results.json when the measure is more than one
+    number (P2's curve: the ratio at each size; the table shows its maximum).
+    """
+
+    key: str
+    label: str
+    value: float | None
+    target: str
+    passed: bool | None
+    detail: str
+    data: Any = None
+
+    @property
+    def status(self) -> str:
+        if self.value is None:
+            return self.detail
+        return {True: "met", False: "missed", None: "reported"}[self.passed]
+
+
+# -- one function per benchmark: (raw results, measures) ---------------------------------------------
+
+
+def _p1(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
+    raw = bench_sizing.run()
+    worst = max(raw["formats"].items(), key=lambda item: item[1]["ratio"])
+    name, fmt = worst
+    exact = all(f["exact"] for f in raw["formats"].values())
+    detail = (f"worst of 5 wire formats ({name}): append + check {fmt['append_check_ms'] * 1e3:.1f} µs vs "
+              f"json.dumps {fmt['full_dumps_ms']:.1f} ms; exact sizes: {exact}")
+    return raw, [Measure("P1.ratio", "P1 incremental sizing ÷ json.dumps (5 MB, 2,000 msgs)",
+                         raw["worst_ratio"], "≤ 0.01", raw["passed"], detail)]
+
+
+def _p2(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
+    bc = bench_compaction
+    raw: dict[str, Any]
+    if quick:
+        scaling = {mb: bc.measure(mb * MIB, mb * bc.MESSAGES_PER_MIB, QUICK_REPEATS)
+                   for mb in QUICK_P2_SCALES_MB}
+        raw = {"main": bc.measure(bc.TARGET_BYTES, bc.MESSAGES, QUICK_REPEATS), "scaling": scaling,
+               "target_ratio": bc.TARGET_RATIO}
+    else:
+        raw = bench_compaction.run()
+    main = raw["main"]
+    curve = {str(mb): m["ratio"] for mb, m in raw["scaling"].items()}
+    per_mb = [m["compact_ms"] / m["weight_mb"] for m in raw["scaling"].values()]
+    detail = (f"compaction {main['compact_ms']:.1f} ms vs json.dumps {main['dumps_ms']:.1f} ms; "
+              f"{min(per_mb):.1f}–{max(per_mb):.1f} ms per MB over {', '.join(curve)} MB")
+    curve_text = ", ".join(f"{mb} MB {ratio:.2f}" for mb, ratio in curve.items())
+    return raw, [
+        Measure("P2.ratio_5mb", "P2 planned compaction ÷ json.dumps (5 MB)", main["ratio"], "≤ 2",
+                main["ratio"] <= bc.TARGET_RATIO, detail),
+        Measure("P2.curve", "P2 the same ratio from 1 to 16 MB (linear: flat ratio; the largest shown)",
+                max(curve.values()), "≤ 2 at every size", max(curve.values()) <= bc.TARGET_RATIO, curve_text,
+                data=curve),
+    ]
+
+
+def _p3(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
+    quick_size = {"messages": QUICK_P3_MESSAGES, "target_bytes": QUICK_P3_BYTES, "repeats": QUICK_REPEATS}
+    raw = bench_peers.run(**(quick_size if quick else {}))
+    label = "P3 ctxrecover Level 3 ÷ LangChain trim_messages (5 MB → last ~10 msgs)"
+    if raw.get("skipped"):
+        return raw, [Measure("P3.ratio_langchain", label, None, "< 1", None, raw["skipped"])]
+    archived, lost = raw["level3_archived_chars"] / MIB, raw["langchain_lost_chars"] / MIB
+    detail = (f"L3 {raw['level3_ms']:.1f} ms (archives {archived:.1f} MB) vs "
+              f"trim_messages {raw['langchain_ms']:.1f} ms (loses {lost:.1f} MB)")
+    return raw, [
+        Measure("P3.ratio_langchain", label, raw["ratio_langchain"], "< 1", raw["passed"], detail),
+        Measure("P3.ratio_no_archive", "P3 the same cut with an archive that stores nothing ÷ LangChain",
+                raw["ratio_no_archive"], "—", None, f"{raw['level3_no_archive_ms']:.1f} ms: the cost of the "
+                "cut alone (renders the dropped range, hashes nothing)"),
+        Measure("P3.ratio_compactor", "P3 HistoryCompactor without summarizer (trim + L3) ÷ LangChain",
+                raw["ratio_compactor"], "—", None, f"{raw['compactor_ms']:.1f} ms"),
+    ]
+
+
+def _p4(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
+    raw = bench_simulator.run(quick=quick)
+    replays, sweeps, passed = raw["replay"], raw["sweep"], raw["passed"]
+    load = sweeps["load_average_before"]
+    total = replays["total_ms"]
+    names = ", ".join(replays["transcripts"])
+    return raw, [
+        Measure("P4.replay_overhead", "P4 in-process replay ÷ library alone (Session + in-memory sender)",
+                replays["replay_overhead"], "≤ 1.5", passed["replay_overhead"],
+                f"{total['inprocess']:.0f} ms vs {total['library']:.0f} ms over {names}; "
+                f"same work: {replays['same_work']}"),
+        Measure("P4.replay_overhead_vs_rendering_library",
+                "P4 in-process replay ÷ library rendering each request body (HttpxSender.render)",
+                replays["replay_overhead_vs_rendering_library"], "—", None,
+                f"{total['inprocess']:.0f} ms vs {total['library_render']:.0f} ms"),
+        Measure("P4.loopback_vs_inprocess", "P4 loopback TCP replay ÷ in-process replay",
+                replays["loopback_vs_inprocess"], "≤ 3", passed["loopback_vs_inprocess"],
+                f"{total['loopback']:.0f} ms vs {total['inprocess']:.0f} ms"),
+        Measure("P4.sweep_speedup", f"P4 sweep speed-up, {sweeps['workers']} worker processes vs 1",
+                sweeps["sweep_speedup"], "≥ 1.7", passed["sweep_speedup"],
+                f"{sweeps['runs']} runs: {sweeps['one_worker_s']:.1f} s vs {sweeps['n_workers_s']:.1f} s "
+                f"(best of {sweeps['repeats']}) on {sweeps['cpus']} CPUs, load average up to "
+                f"{max(load.values()):.1f}"),
+    ]
+
+
+def _recovery(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
+    raw = bench_recovery.run()
+    p5, p6 = raw["P5"], raw["P6"]
+    measures = []
+    for key, label in (("three_quarters", "¾ rule"), ("bisection", "bisection")):
+        m = p5[key]
+        value = m["rejected_per_episode"]
+        measures.append(Measure(
+            f"P5.rejected_per_episode.{key}", f"P5 rejected requests per proxy-failure episode, {label}",
+            value, "≤ 1.1", value is not None and value <= p5["target"],
+            f"{m['episodes']} body-size episodes, {m['recovered_episodes']} recovered; with the 431 scenario "
+            f"{m['rejected_per_episode_incl_header_cap']:.2f}",
+        ))
+    d, s = p6["default"], p6["summarize_everything"]
+    measures.append(Measure(
+        "P6.ratio", "P6 summarizer cost per 100 turns, default ÷ summarize-everything", p6["ratio"], "≤ 0.5",
+        p6["passed"], f"${d['usd_per_100_turns']:.4f} ({d['calls']} calls, 0 chars lost) vs "
+        f"${s['usd_per_100_turns']:.4f} ({s['calls']} calls, {s['chars_lost']:,} chars lost) over "
+        f"{len(p6['equal_outcome_scenarios'])} scenarios with equal outcomes",
+    ))
+    measures.append(Measure(
+        "P6.ratio_bisection", "P6 the same with bisection cap learning (cap-bisection)",
+        p6["ratio_bisection"], "—", None, f"${p6['bisection']['usd_per_100_turns']:.4f} "
+        f"({p6['bisection']['calls']} calls)",
+    ))
+    return raw, measures
+
+
+BENCHMARKS: dict[str, Callable[[bool], tuple[dict[str, Any], list[Measure]]]] = {
+    "P1": _p1, "P2": _p2, "P3": _p3, "P4": _p4, "P5": _recovery,
+}
+RUN_OF = {"P6": "P5"}  # P5 and P6 come from the same replays
+
+
+# -- output -----------------------------------------------------------------------------------------------
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    """Where the numbers come from (absolute times differ between machines; ratios are what compare)."""
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "packages": {name: _version(name) for name in PACKAGES},
+    }
+
+
+def _value_text(measure: Measure) -> str:
+    if measure.value is None:
+        return "—"
+    value = measure.value
+    return f"{value:.5f}" if value < 0.01 else f"{value:.2f}"
+
+
+def table_lines(measures: Sequence[Measure]) -> list[str]:
+    """The Markdown table of the results."""
+    lines = ["| key | measure | target | measured | status | details |", "|---|---|---|---|---|---|"]
+    for m in measures:
+        shown = f"**{_value_text(m)}**" if m.value is not None else "—"
+        lines.append(f"| `{m.key}` | {m.label} | {m.target} | {shown} | {m.status} | {m.detail} |")
+    return lines
+
+
+def rewrite_benchmarks_md(path: Path, table: Sequence[str], header: str) -> None:
+    """Replace the text between the markers (the markers stay); add them at the end when missing."""
+    block = "\n".join([START_MARKER, header, "", *table, END_MARKER])
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    start, end = text.find(START_MARKER), text.find(END_MARKER)
+    if start == -1 or end == -1 or end < start:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    else:
+        text = text[:start] + block + text[end + len(END_MARKER):]
+    path.write_text(text, encoding="utf-8")
+
+
+def _print_table(measures: Sequence[Measure]) -> None:
+    width = max(len(m.key) for m in measures)
+    for m in measures:
+        print(f"{m.key:<{width}}  {_value_text(m):>9}  {m.target:<18} {m.status:<9} {m.detail}")
+
+
+def _selected(only: str | None) -> list[str]:
+    if not only:
+        return list(BENCHMARKS)
+    wanted = [part.strip().upper() for part in only.split(",") if part.strip()]
+    unknown = [w for w in wanted if w not in BENCHMARK_IDS]
+    if unknown:
+        raise SystemExit(f"--only: unknown benchmark {', '.join(unknown)}; use {', '.join(BENCHMARK_IDS)}")
+    return list(dict.fromkeys(RUN_OF.get(w, w) for w in wanted))
+
+
+def _run_one(name: str, quick: bool, profile_dir: Path | None) -> tuple[dict[str, Any], list[Measure]]:
+    if profile_dir is None:
+        return BENCHMARKS[name](quick)
+    from pyinstrument import Profiler
+
+    profiler = Profiler()
+    profiler.start()
+    try:
+        return BENCHMARKS[name](quick)
+    finally:
+        profiler.stop()
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        text = profiler.output_text(unicode=True, color=False)
+        (profile_dir / f"{name}.txt").write_text(text, encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats; writes nothing")
+    parser.add_argument("--only", help="comma-separated ids (P1..P6); writes nothing")
+    parser.add_argument("--no-write", action="store_true", help="print the table only")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="write a pyinstrument profile of each benchmark to DIR")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    details: dict[str, Any] = {}
+    measures: list[Measure] = []
+    for name in _selected(args.only):
+        print(f"running {name}…", file=sys.stderr, flush=True)
+        raw, rows = _run_one(name, args.quick, args.profile)
+        details[name] = raw
+        measures.extend(rows)
+    machine = {**machine_info(), "load_average_before": load_before, "load_average_after": os.getloadavg()}
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    print()
+    _print_table(measures)
+    print(f"\n{len(measures)} measures in {time.perf_counter() - started:.0f} s on {machine['cpus']} CPUs "
+          f"(load average {load_before[0]:.1f} → {machine['load_average_after'][0]:.1f})")
+
+    if not (args.quick or args.only or args.no_write):
+        results: dict[str, Any] = {m.key: m.value if m.data is None else m.data for m in measures}
+        results.update(
+            targets={m.key: m.target for m in measures},
+            status={m.key: m.status for m in measures},
+            date=date,
+            machine=machine,
+            details=details,
+        )
+        text = json.dumps(results, indent=2, ensure_ascii=False, default=str)
+        RESULTS_JSON.write_text(text + "\n", encoding="utf-8")
+        header = (f"Measured {date} on {machine['platform']}, Python {machine['python']}, "
+                  f"{machine['cpus']} CPUs (load average {load_before[0]:.1f} at the start) "
+                  "by `python bench/run.py`.")
+        rewrite_benchmarks_md(BENCHMARKS_MD, table_lines(measures), header)
+        print(f"wrote {RESULTS_JSON} and the table of {BENCHMARKS_MD}")
+    missed = [m.key for m in measures if m.passed is False]
+    if missed:
+        print(f"targets missed: {', '.join(missed)}")
+    return 1 if args.strict and missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""The benchmark scripts still run: each one at a tiny size, asserting shapes and invariants, never timings.
+
+The numbers themselves are measured by ``python bench/run.py`` (BENCHMARKS.md); these
+tests only keep the scripts from rotting as the library and the simulator change.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+TINY_BYTES = 60_000
+TINY_MESSAGES = 60
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Import a module of ``bench/`` by name (the scripts import each other as top-level modules)."""
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+
+    def load(name: str) -> ModuleType:
+        return importlib.import_module(name)
+
+    return load
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value > 0
+
+
+def test_sizing_bench_sizes_a_tiny_history_exactly(bench: Any) -> None:
+    sizing = bench("bench_sizing")
+    history = sizing.build_history(messages=TINY_MESSAGES, target_bytes=TINY_BYTES)
+    fresh = sizing.build_history(seed=7, messages=9, target_bytes=9_000)[1:]
+    for fmt in ("openai-chat", "anthropic"):
+        result = sizing.measure(history, fresh, sizing.WireFormat(fmt))
+        assert result["exact"] is True
+        assert _finite(result["ratio"])
+
+
+def test_compaction_bench_runs_every_level_on_a_tiny_history(bench: Any) -> None:
+    compaction = bench("bench_compaction")
+    result = compaction.measure(TINY_BYTES, TINY_MESSAGES, 1)
+    assert result["level"] == 3
+    assert result["levels"] == {"trim": True, "summary": True, "emergency": True, "shrink": True}
+    assert _finite(result["ratio"])
+
+
+def test_peers_bench_archives_what_it_drops_and_meets_the_target_size(bench: Any) -> None:
+    pytest.importorskip("langchain_core", reason="pip install -e .[bench] for the LangChain comparison")
+    peers = bench("bench_peers")
+    result = peers.run(messages=TINY_MESSAGES, target_bytes=TINY_BYTES, repeats=1)
+    assert result["level3_kept_chars"] <= result["target_chars"]
+    assert result["level3_archived_chars"] >= result["history_chars"] - result["level3_kept_chars"]
+    assert 0 < result["langchain_kept_messages"] < result["messages"]
+    assert _finite(result["ratio_langchain"])
+
+
+def test_peers_bench_says_how_to_install_langchain_when_it_is_missing(
+    bench: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    peers = bench("bench_peers")
+
+    def missing(budget: int) -> None:
+        raise ImportError("No module named 'langchain_core'")
+
+    monkeypatch.setattr(peers, "langchain_trim", missing)
+    result = peers.run(messages=TINY_MESSAGES, target_bytes=TINY_BYTES, repeats=1)
+    assert result["skipped"] == "skipped: pip install -e .[bench]"
+    assert result["passed"] is None
+
+
+@pytest.mark.slow
+def test_simulator_bench_replays_the_same_work_three_ways_and_sweeps(bench: Any) -> None:
+    simulator_bench = bench("bench_simulator")
+    replays = simulator_bench.measure_replay(["coding-120k"], 1)
+    assert replays["same_work"] is True
+    assert set(replays["total_ms"]) == {"library", "library_render", "inprocess", "loopback"}
+    assert _finite(replays["replay_overhead"]) and _finite(replays["loopback_vs_inprocess"])
+    sweeps = simulator_bench.measure_sweep(["rate-limit-429"], workers=2, policies=["default"], seeds=[0],
+                                           repeats=1)
+    assert sweeps["runs"] == 1
+    assert _finite(sweeps["sweep_speedup"])
+
+
+def test_recovery_bench_counts_proxy_episodes_and_summarizer_cost(bench: Any) -> None:
+    recovery = bench("bench_recovery")
+    result = recovery.run(scenarios=["floor-too-big", "openai-128k-overflow"])
+    for key in ("three_quarters", "bisection"):
+        assert result["P5"][key]["episodes"] == 1
+        assert result["P5"][key]["rejected_per_episode"] >= 1.0
+    p6 = result["P6"]
+    assert p6["equal_outcome_scenarios"]
+    assert p6["default"]["chars_lost"] == 0
+    assert p6["ratio"] is None or p6["ratio"] >= 0
+
+
+def test_run_writes_one_key_per_measure_and_keeps_the_prose(
+    bench: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    runner = bench("run")
+    measure = runner.Measure("P9.ratio", "a fake measure", 0.5, "≤ 1", True, "detail")
+    monkeypatch.setattr(runner, "BENCHMARKS", {"P9": lambda quick: ({"raw": 1}, [measure])})
+    results, markdown = tmp_path / "results.json", tmp_path / "BENCHMARKS.md"
+    markdown.write_text(
+        f"# Benchmarks\n\nprose before\n\n{runner.START_MARKER}\nold\n{runner.END_MARKER}\n\nprose after\n"
+    )
+    monkeypatch.setattr(runner, "RESULTS_JSON", results)
+    monkeypatch.setattr(runner, "BENCHMARKS_MD", markdown)
+    assert runner.main([]) == 0
+    written = json.loads(results.read_text())
+    assert written["P9.ratio"] == 0.5
+    assert written["status"] == {"P9.ratio": "met"}
+    assert {"date", "machine", "targets", "details"} <= set(written)
+    text = markdown.read_text()
+    assert "prose before" in text and "prose after" in text and "\nold\n" not in text
+    assert "| `P9.ratio` | a fake measure | ≤ 1 | **0.50** | met | detail |" in text
+
+
+def test_run_rejects_an_unknown_benchmark_id(bench: Any) -> None:
+    runner = bench("run")
+    with pytest.raises(SystemExit, match="unknown benchmark P7"):
+        runner.main(["--only", "P7"])
