@@ -78,8 +78,9 @@ PROVIDER_BY_FORMAT: dict[WireFormat, str] = {
 }
 TRANSIENT_RETRIES = 2
 TRANSIENT_BACKOFF_S = (1.0, 4.0)
-BYTE_FIT_ROUNDS = 3  # planned compaction rounds to bring real wire bytes under a cap
+BYTE_FIT_ROUNDS = 4  # planned compaction rounds to bring real wire bytes under a cap
 BYTE_FIT_MARGIN = 0.95
+BYTE_FIT_MIN_KEEP = 2  # fewest recent messages a byte-fit round keeps (keep_recent halves each round)
 CALIBRATION_MIN_TOKENS = 200  # ignore tiny requests when calibrating chars per token
 CALIBRATION_WEIGHT = 0.3  # exponential moving average of observed chars per token
 CALIBRATION_BOUNDS = (1.0, 8.0)
@@ -378,7 +379,12 @@ class Session:
         if total_weight(self._history) > budget:
             self._compact_to(budget, "auto", cancel)
         request = self._outgoing(max_tokens)
+        # Under a payload cap the real bytes decide. Each round tightens the budget to the
+        # measured overshoot and, when the kept recent messages alone are over it (every
+        # other message already at the shrink floor), keeps fewer of them: never send a
+        # request the session already knows is over its own cap while compaction can help.
         cap = self.cap_state.effective_cap
+        keep = self._keep_recent
         for _ in range(BYTE_FIT_ROUNDS):
             size = request_size(
                 request.messages, self.wire_format, model=self.model, max_tokens=max_tokens, tools=self.tools
@@ -386,16 +392,24 @@ class Session:
             if not cap or size <= cap:
                 break
             budget = int(min(budget, total_weight(self._history)) * cap / size * BYTE_FIT_MARGIN)
-            if not self._compact_to(budget, "auto", cancel):
+            changed = self._compact_to(budget, "auto", cancel, keep_recent=keep)
+            if not changed and keep <= BYTE_FIT_MIN_KEEP:
                 break
+            keep = max(BYTE_FIT_MIN_KEEP, keep // 2)
             request = self._outgoing(max_tokens)
         return request
 
     def _compact_to(
-        self, budget: int, trigger: Literal["auto", "manual"], cancel: CancelToken | None
+        self,
+        budget: int,
+        trigger: Literal["auto", "manual"],
+        cancel: CancelToken | None,
+        *,
+        keep_recent: int | None = None,
     ) -> bool:
+        keep = self._keep_recent if keep_recent is None else keep_recent
         result = self.compactor.compact(
-            self._history, budget_chars=budget, keep_recent=self._keep_recent, trigger=trigger, cancel=cancel
+            self._history, budget_chars=budget, keep_recent=keep, trigger=trigger, cancel=cancel
         )
         changed = result.history is not self._history and result.history != self._history
         self._history = result.history
