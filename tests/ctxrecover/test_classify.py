@@ -24,6 +24,8 @@ from ctxrecover.classify import (
 from ctxrecover.sizes import format_payload_size
 
 classify_module = importlib.import_module("ctxrecover.classify")  # the package attribute is the function
+inputs_module = importlib.import_module("ctxrecover.classify_inputs")
+tables_module = importlib.import_module("ctxrecover.classify_tables")
 
 K = FailureKind
 BIG_HISTORY = 600_000
@@ -392,7 +394,7 @@ def test_spec_2_6_responses_api_incomplete() -> None:
 
 def test_big_successful_body_is_parsed_whole() -> None:
     body = json.dumps({"choices": [{"message": {"content": "y" * 3_000_000}, "finish_reason": "length"}]})
-    assert len(body) > classify_module.MAX_TEXT_CHARS
+    assert len(body) > inputs_module.MAX_TEXT_CHARS
     assert classify(status=200, body=body.encode()).kind is K.OUTPUT_TRUNCATED
 
 
@@ -919,8 +921,9 @@ def test_classify_never_raises(  # type: ignore[no-untyped-def]
 # -- house rules -----------------------------------------------------------------------------------
 
 
-def test_classify_module_imports_no_http_client_or_sdk() -> None:
-    tree = ast.parse(Path(classify_module.__file__).read_text(encoding="utf-8"))
+@pytest.mark.parametrize("module", [classify_module, inputs_module, tables_module], ids=lambda m: m.__name__)
+def test_classify_modules_import_no_http_client_or_sdk(module: object) -> None:
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
@@ -934,10 +937,10 @@ def test_classify_module_imports_no_http_client_or_sdk() -> None:
 
 
 def test_phrase_tables_are_lowercase_tuples() -> None:
-    tables = [name for name in dir(classify_module) if name.endswith(("_PHRASES", "_WORDS"))]
+    tables = [name for name in dir(tables_module) if name.endswith(("_PHRASES", "_WORDS"))]
     assert len(tables) >= 10
     for name in tables:
-        table = getattr(classify_module, name)
+        table = getattr(tables_module, name)
         assert isinstance(table, tuple), name
         assert all(p == p.lower() and "`" not in p for p in table), name
 

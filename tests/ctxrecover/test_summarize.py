@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctxrecover.summarize as summarize_module
+import ctxrecover.summary_prompt as summary_prompt_module
 from ctxrecover.archive import MemoryArchive, marker
 from ctxrecover.errors import CompactionCancelled, ConfigError, SummarizerError
 from ctxrecover.messages import Message, ToolCall
@@ -270,7 +271,8 @@ def test_build_prompt_exact_structure() -> None:
 
 def test_build_prompt_places_the_manual_compact_instruction_before_the_segment() -> None:
     prompt = build_prompt("SEG", "  keep the database migration details  ")
-    guidance = summarize_module.INSTRUCTION_TEMPLATE.format(instruction="keep the database migration details")
+    instruction = "keep the database migration details"
+    guidance = summary_prompt_module.INSTRUCTION_TEMPLATE.format(instruction=instruction)
     assert prompt == SUMMARY_PROMPT + guidance + HEADER + "SEG"
     assert guidance.startswith("\n\n") and "keep the database migration details" in guidance
 

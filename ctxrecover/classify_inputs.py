@@ -1,0 +1,252 @@
+"""How :func:`ctxrecover.classify.classify` reads its inputs into one :class:`Exchange` record.
+
+Status, body (text, bytes, JSON or an SSE stream), headers and the exception
+chain (causes, contexts, group members) are read by duck typing — no HTTP client
+or SDK is imported — and every read is bounded by the ``MAX_*`` limits, so a
+hostile or huge input costs bounded work. Attribute access that raises is read
+as absent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["Exchange", "gather", "http_status", "is_error_doc", "json_objects", "positive_int"]
+
+# Reading limits: bounded work whatever the input.
+MAX_CHAIN = 16
+MAX_TEXT_CHARS = 200_000
+MAX_JSON_ITEMS = 4000
+MAX_JSON_DEPTH = 32
+MAX_HEADERS = 200
+MAX_SSE_LINES = 2000
+REJECTED_BYTES_ATTRS: tuple[str, ...] = ("rejected_bytes", "request_bytes", "request_size", "body_bytes")
+
+
+@dataclass(slots=True)
+class Exchange:
+    """Everything gathered from the arguments and the exception chain."""
+
+    status: int | None = None
+    texts: list[str] = field(default_factory=list)
+    raw_bodies: list[str] = field(default_factory=list)
+    body_docs: list[object] = field(default_factory=list)
+    error_docs: list[object] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+    classes: list[tuple[str, str]] = field(default_factory=list)  # (class name, module root)
+    urls: list[str] = field(default_factory=list)
+    rejected_bytes: int | None = None
+    has_error: bool = False
+
+
+def _attr(obj: object, name: str) -> object:
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
+def _str(obj: object) -> str:
+    try:
+        return str(obj)
+    except Exception:
+        return ""
+
+
+def http_status(value: object) -> int | None:
+    """``value`` when it is an HTTP status code (an int in 100-599), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+        return value
+    return None
+
+
+def positive_int(value: object) -> int | None:
+    """``value`` when it is a positive int (a bool is not), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def _parse_json_documents(text: str) -> list[object]:
+    """A JSON body, or the JSON ``data:`` lines of a server-sent-event stream."""
+    stripped = text.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            return [json.loads(stripped)]
+        except Exception:
+            return []
+    docs: list[object] = []
+    if "data:" in stripped:
+        for line in stripped.splitlines()[:MAX_SSE_LINES]:
+            payload = line.strip()
+            if payload.startswith("data:") and payload[5:].strip()[:1] in ("{", "["):
+                try:
+                    docs.append(json.loads(payload[5:]))
+                except Exception:
+                    continue
+    return docs
+
+
+def _flatten_json(doc: object) -> str:
+    """``key: value`` lines of a JSON-ish object (bounded depth and size, cycle-proof)."""
+    lines: list[str] = []
+    stack: list[tuple[str, object, int]] = [("", doc, 0)]
+    while stack and len(lines) < MAX_JSON_ITEMS:
+        key, value, depth = stack.pop()
+        if isinstance(value, Mapping):
+            if depth < MAX_JSON_DEPTH:
+                items = list(value.items())[:MAX_JSON_ITEMS]
+                stack.extend((_str(k), v, depth + 1) for k, v in reversed(items))
+        elif isinstance(value, list | tuple):
+            if depth < MAX_JSON_DEPTH:
+                stack.extend((key, v, depth + 1) for v in reversed(value[:MAX_JSON_ITEMS]))
+        else:
+            text = value if isinstance(value, str) else _str(value)
+            lines.append(f"{key}: {text[:MAX_TEXT_CHARS]}" if key else text[:MAX_TEXT_CHARS])
+    return "\n".join(lines)
+
+
+def _add_body(x: Exchange, value: object, docs: list[object]) -> None:
+    if value is None:
+        return
+    if isinstance(value, bytes | bytearray | memoryview):
+        value = bytes(value).decode("utf-8", "replace")
+    if isinstance(value, str):
+        text = value[:MAX_TEXT_CHARS]  # matching reads a bounded prefix; JSON is parsed whole
+        x.texts.append(text)
+        x.raw_bodies.append(text)
+        docs.extend(_parse_json_documents(value))
+    elif isinstance(value, Mapping | list | tuple):
+        docs.append(value)
+        x.texts.append(_flatten_json(value))
+    else:
+        x.texts.append(_str(value)[:MAX_TEXT_CHARS])
+
+
+def _add_headers(x: Exchange, headers: object) -> None:
+    if headers is None:
+        return
+    try:
+        pairs = headers.items() if isinstance(headers, Mapping) or hasattr(headers, "items") else headers
+        for n, pair in enumerate(pairs):  # type: ignore[union-attr]
+            if n >= MAX_HEADERS:
+                break
+            name, value = pair
+            if isinstance(name, bytes):
+                name = name.decode("latin-1")
+            if isinstance(value, bytes):
+                value = value.decode("latin-1")
+            x.headers.setdefault(_str(name).lower(), _str(value))
+    except Exception:
+        return
+
+
+def _add_url(x: Exchange, holder: object) -> None:
+    url = _attr(holder, "url")
+    if url is not None:
+        x.urls.append(_str(url).lower())
+
+
+def _add_exception(x: Exchange, exc: object) -> None:
+    x.has_error = True
+    for cls in type(exc).__mro__:
+        x.classes.append((cls.__name__, _str(cls.__module__).split(".")[0]))
+    status = http_status(_attr(exc, "status_code")) or http_status(_attr(exc, "status"))
+    status = status or http_status(_attr(exc, "http_status")) or http_status(_attr(exc, "code"))
+    response = _attr(exc, "response")
+    if isinstance(response, Mapping):  # botocore ClientError.response
+        meta = response.get("ResponseMetadata")
+        status = status or (http_status(meta.get("HTTPStatusCode")) if isinstance(meta, Mapping) else None)
+        _add_body(x, response, x.error_docs)
+    elif response is not None:
+        status = status or http_status(_attr(response, "status_code"))
+        _add_headers(x, _attr(response, "headers"))
+        _add_body(x, _attr(response, "text"), x.error_docs)
+        _add_url(x, response)
+    if x.status is None and status is not None:
+        x.status = status
+    _add_body(x, _attr(exc, "body"), x.error_docs)
+    message = _attr(exc, "message")
+    if isinstance(message, str):
+        x.texts.append(message[:MAX_TEXT_CHARS])
+    x.texts.append(_str(exc)[:MAX_TEXT_CHARS])
+    request = _attr(exc, "request")
+    if request is not None:
+        _add_url(x, request)
+    for name in REJECTED_BYTES_ATTRS:
+        x.rejected_bytes = x.rejected_bytes or positive_int(_attr(exc, name))
+    if x.rejected_bytes is None and request is not None:
+        length = _attr(request, "headers")
+        try:
+            value = length.get("content-length") if length is not None else None  # type: ignore[union-attr]
+            x.rejected_bytes = positive_int(int(value)) if value is not None else None
+        except Exception:
+            x.rejected_bytes = None
+
+
+def _exception_chain(error: object) -> list[object]:
+    """The error, its causes and contexts (and group members), breadth first, each once."""
+    chain: list[object] = []
+    seen: set[int] = set()
+    queue: list[object] = [error]
+    while queue and len(chain) < MAX_CHAIN:
+        exc = queue.pop(0)
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        chain.append(exc)
+        for name in ("__cause__", "__context__"):
+            linked = _attr(exc, name)
+            if isinstance(linked, BaseException):
+                queue.append(linked)
+        group = _attr(exc, "exceptions")
+        if isinstance(group, list | tuple):
+            queue.extend(e for e in group[:MAX_CHAIN] if isinstance(e, BaseException))
+    return chain
+
+
+def is_error_doc(doc: object) -> bool:
+    """True for a JSON object shaped like an error body (``error``, ``type: error``, ``detail``...)."""
+    if not isinstance(doc, Mapping):
+        return False
+    return bool(doc.get("error")) or doc.get("type") == "error" or doc.get("object") == "error" or (
+        "__type" in doc or "detail" in doc
+    )
+
+
+def json_objects(docs: list[object]) -> list[Mapping[str, object]]:
+    """The JSON objects among parsed documents (a top-level list is a stream of them)."""
+    flat = [d for doc in docs for d in (doc if isinstance(doc, list) else [doc])]
+    return [d for d in flat if isinstance(d, Mapping)]
+
+
+def _body_status(docs: list[object]) -> int | None:
+    """An HTTP status written in an error body (``{"error": {"code": 413}}``, vLLM's ``code``)."""
+    for doc in json_objects(docs):
+        inner = doc.get("error")
+        if isinstance(inner, Mapping) and http_status(inner.get("code")):
+            return http_status(inner.get("code"))
+        if is_error_doc(doc) and http_status(doc.get("code")):
+            return http_status(doc.get("code"))
+    return None
+
+
+def gather(error: object, status: object, body: object, headers: object) -> Exchange:
+    """Read every input into one :class:`Exchange`.
+
+    A status written in an error body replaces a missing or non-error (< 400) one.
+    """
+    x = Exchange(status=http_status(status))
+    _add_body(x, body, x.body_docs)
+    _add_headers(x, headers)
+    if isinstance(error, BaseException):
+        for exc in _exception_chain(error):
+            _add_exception(x, exc)
+    elif error is not None:
+        x.has_error = True
+        _add_body(x, error, x.error_docs)
+    if x.status is None or x.status < 400:
+        x.status = _body_status(x.body_docs + x.error_docs) or x.status
+    return x
