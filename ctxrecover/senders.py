@@ -27,9 +27,11 @@ from ctxrecover.wire import (
     Usage,
     WireFormat,
     encode_body,
+    encode_request,
     parse_response,
     render_request,
     request_path,
+    request_size,
 )
 
 if TYPE_CHECKING:
@@ -142,6 +144,12 @@ def _auth_headers(fmt: WireFormat, api_key: str | None) -> dict[str, str]:
 class HttpxSender:
     """Post the real request body of ``wire_format`` to ``base_url`` with httpx.
 
+    Bodies are assembled from each message's encoded JSON, cached on the
+    message (:func:`~ctxrecover.wire.encode_request`), so a request encodes
+    only the messages not sent before. That costs about one more copy of the
+    history in memory; with ``cache_fragments=False`` nothing is stored and
+    each request encodes its messages again (the same bytes).
+
     >>> import httpx
     >>> def provider(request):
     ...     return httpx.Response(200, json={"choices": [{"message": {"role": "assistant",
@@ -163,11 +171,13 @@ class HttpxSender:
         transport: httpx.BaseTransport | None = None,
         client: httpx.Client | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        cache_fragments: bool = True,
     ) -> None:
         import httpx
 
         self.wire_format = WireFormat(wire_format)
         self.model = model
+        self.cache_fragments = cache_fragments
         self.url = base_url.rstrip("/") + request_path(self.wire_format, model)
         self._headers = {**_auth_headers(self.wire_format, api_key), **(headers or {})}
         self._client = client or httpx.Client(transport=transport, timeout=timeout, trust_env=False)
@@ -175,15 +185,15 @@ class HttpxSender:
 
     def render(self, request: ChatRequest) -> bytes:
         """The exact bytes :meth:`send` posts for ``request``."""
-        body = render_request(
+        return encode_request(
             request.messages,
             self.wire_format,
             model=self.model,
             max_tokens=request.max_tokens,
             tools=request.tools,
             extra=request.extra or None,
+            cache=self.cache_fragments,
         )
-        return encode_body(body)
 
     def send(self, request: ChatRequest) -> ChatResponse:
         import httpx
@@ -245,6 +255,11 @@ def _dump(result: Any) -> dict[str, Any]:
     raise TypeError(f"unexpected SDK result type {type(result).__name__}")
 
 
+def _entries_size(fields: Mapping[str, Any]) -> int:
+    """Bytes ``fields`` add to a non-empty JSON object: each ``"key":value`` and its comma."""
+    return sum(len(encode_body({key: value})) - 1 for key, value in fields.items())
+
+
 def _sent_bytes(exc: BaseException) -> int | None:
     """The Content-Length of the request an SDK error carries (what the SDK really sent)."""
     try:
@@ -262,8 +277,10 @@ class _SDKSender:
     ``extra_query``, ``extra_body``, ``timeout``), merged with the request's own.
     ``request_bytes`` is the size of the body the SDK posts: the rendered body
     plus the extra body fields (both SDKs serialise compact UTF-8 JSON, as
-    :func:`~ctxrecover.wire.encode_body` does); on a failure, the Content-Length
-    of the request the SDK error carries, when it has one.
+    :func:`~ctxrecover.wire.encode_body` does), computed from the messages'
+    cached sizes and the few fields that differ, never by encoding the history;
+    on a failure, the Content-Length of the request the SDK error carries, when
+    it has one.
     """
 
     wire_format: WireFormat
@@ -301,15 +318,29 @@ class _SDKSender:
             kwargs["extra_headers"] = extra_headers
         return kwargs
 
-    @staticmethod
-    def _wire_size(body: Mapping[str, Any], kwargs: Mapping[str, Any]) -> int:
-        """Bytes of the JSON body the SDK builds from ``kwargs`` (``extra_body`` merged last)."""
+    def _wire_size(self, request: ChatRequest, body: Mapping[str, Any], kwargs: Mapping[str, Any]) -> int:
+        """Bytes of the JSON body the SDK builds from ``kwargs`` (``extra_body`` merged last).
+
+        ``body``'s exact size comes from cached per-message sizes; the fields
+        the SDK body adds, drops or replaces are encoded on their own (a JSON
+        object's size is the sum of its ``"key":value`` entries plus framing).
+        """
+        size = request_size(
+            request.messages,
+            self.wire_format,
+            model=self.model,
+            max_tokens=request.max_tokens,
+            tools=request.tools,
+            extra=request.extra or None,
+        )
         wire = {k: v for k, v in kwargs.items() if k not in SDK_REQUEST_OPTIONS}
         try:
             wire.update(kwargs.get("extra_body") or {})
-            return len(encode_body(wire))
+            added = {k: v for k, v in wire.items() if k not in body or body[k] is not v}
+            removed = {k: v for k, v in body.items() if k not in wire or wire[k] is not v}
+            return size + _entries_size(added) - _entries_size(removed)
         except (TypeError, ValueError):  # an extra value only the SDK can serialise
-            return len(encode_body(body))
+            return size
 
     def _create(self, kwargs: dict[str, Any]) -> Any:
         raise NotImplementedError
@@ -317,7 +348,7 @@ class _SDKSender:
     def send(self, request: ChatRequest) -> ChatResponse:
         body = self._body(request)
         kwargs = self._kwargs(body, request.headers)
-        size = self._wire_size(body, kwargs)
+        size = self._wire_size(request, body, kwargs)
         try:
             result = self._create(kwargs)
         except Exception as exc:

@@ -11,6 +11,14 @@ message (``msg._cache["wire:<format>"]``), and a body's size is those cached
 integers plus computable framing. :class:`WireSizeTracker` keeps the running
 total, so a budget check after appending one message costs O(that message).
 
+:func:`encode_request` applies the same composition to bytes: it returns
+``encode_body(render_request(...))`` byte for byte, assembled from each
+message's encoded fragments, cached on the message
+(``msg._cache["wire-bytes:<format>"]``), so a request re-serialises only the
+messages it has not sent before. Memory: that cache holds one encoded copy of
+each message per format rendered (about the history's UTF-8 size again),
+freed with the message; ``cache=False`` renders without storing.
+
 Rendering rules worth knowing:
 
 - ``system_parts``, when present, *are* the system prompt on the wire (one text
@@ -49,6 +57,7 @@ __all__ = [
     "WireFormat",
     "WireSizeTracker",
     "encode_body",
+    "encode_request",
     "history_bytes",
     "parse_response",
     "render_request",
@@ -110,6 +119,7 @@ RAW_ARGUMENTS_KEY = "_raw_arguments"
 TRUNCATION_STOP_REASONS = frozenset({"length", "max_tokens", "MAX_TOKENS", "max_output_tokens"})
 
 _CACHE_KEYS = {fmt: f"wire:{fmt}" for fmt in WireFormat}
+_FRAGMENT_KEYS = {fmt: f"wire-bytes:{fmt}" for fmt in WireFormat}
 
 
 def _fmt(fmt: WireFormat | str) -> WireFormat:
@@ -126,7 +136,7 @@ def encode_body(body: Any) -> bytes:
 
 
 def _size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    return len(encode_body(value))
 
 
 def request_path(fmt: WireFormat | str, model: str) -> str:
@@ -386,17 +396,32 @@ def _render_turns(messages: list[Message], fmt: WireFormat) -> list[dict[str, An
     return out
 
 
-# -- sizing --------------------------------------------------------------------
+# -- fragments and sizes ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Fragments:
+    """The encoded JSON one message contributes to a body in one format.
+
+    ``items``: its list items (messages, input items, blocks or system text
+    blocks) joined by ``,``; ``count``: how many; ``simple``: the whole item
+    when it can stand alone as a string (anthropic: a plain turn, or the
+    system prompt of a lone system message); ``text``: its escaped system text
+    without quotes (openai-responses instructions). A gemini tool result is
+    rendered with an empty function name, spliced in at assembly.
+    """
+
+    items: bytes
+    count: int
+    simple: bytes | None = None
+    text: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
 class _Sizes:
-    """Cached wire sizes of one message in one format.
+    """Cached wire sizes of one message in one format: the lengths of its :class:`_Fragments`.
 
-    ``total``/``count``: summed sizes and number of its list items (messages,
-    input items, blocks or system text blocks); ``simple``: size of the whole
-    item when it can stand alone as a string (anthropic); ``text``: escaped
-    size of its system text without quotes (openai-responses instructions).
+    ``total`` is the summed size of its items (without the commas between them).
     """
 
     total: int
@@ -405,23 +430,37 @@ class _Sizes:
     text: int = 0
 
 
-def _measure(msg: Message, fmt: WireFormat) -> _Sizes:
+def _encoded_items(values: Iterable[Any]) -> tuple[bytes, int]:
+    encoded = [encode_body(v) for v in values]
+    return b",".join(encoded), len(encoded)
+
+
+def _render_fragments(msg: Message, fmt: WireFormat) -> _Fragments:
     if fmt is _CHAT:
-        return _Sizes(_size(_chat_item(msg)), 1)
+        return _Fragments(encode_body(_chat_item(msg)), 1)
     if msg.role == "system":
         if fmt is _RESPONSES:
-            return _Sizes(0, 0, text=_size(_system_text(msg)) - 2)
-        blocks = [_size(_text_block(t, fmt)) for t in _system_texts(msg) if t]
-        simple = _size(msg.content) if fmt is _ANTHROPIC and not msg.system_parts else None
-        return _Sizes(sum(blocks), len(blocks), simple)
+            return _Fragments(b"", 0, text=encode_body(_system_text(msg))[1:-1])
+        items, count = _encoded_items(_text_block(t, fmt) for t in _system_texts(msg) if t)
+        simple = encode_body(msg.content) if fmt is _ANTHROPIC and not msg.system_parts else None
+        return _Fragments(items, count, simple)
     if fmt is _RESPONSES:
-        items = [_size(i) for i in _responses_items(msg)]
-        return _Sizes(sum(items), len(items))
-    blocks = [_size(b) for b in _turn_blocks(msg, fmt)]
+        return _Fragments(*_encoded_items(_responses_items(msg)))
+    items, count = _encoded_items(_turn_blocks(msg, fmt))
     simple = None
     if fmt is _ANTHROPIC and _is_simple(msg):
-        simple = _size({"role": WIRE_ROLES[fmt][msg.role], "content": msg.content})
-    return _Sizes(sum(blocks), len(blocks), simple)
+        simple = encode_body({"role": WIRE_ROLES[fmt][msg.role], "content": msg.content})
+    return _Fragments(items, count, simple)
+
+
+def _sizes_of(fragments: _Fragments) -> _Sizes:
+    count = fragments.count
+    simple = None if fragments.simple is None else len(fragments.simple)
+    return _Sizes(len(fragments.items) - max(count - 1, 0), count, simple, len(fragments.text))
+
+
+def _measure(msg: Message, fmt: WireFormat) -> _Sizes:
+    return _sizes_of(_render_fragments(msg, fmt))
 
 
 def _sizes(msg: Message, fmt: WireFormat) -> _Sizes:
@@ -430,6 +469,154 @@ def _sizes(msg: Message, fmt: WireFormat) -> _Sizes:
     if cached is None:
         cached = msg._cache[key] = _measure(msg, fmt)
     return cached
+
+
+def _fragments(msg: Message, fmt: WireFormat, store: bool) -> _Fragments:
+    """The message's fragments, from its cache; rendered (and stored when ``store``) on a miss."""
+    cache = msg._cache
+    found = cache.get(_FRAGMENT_KEYS[fmt])
+    if found is None:
+        found = _render_fragments(msg, fmt)
+        if store:
+            cache[_FRAGMENT_KEYS[fmt]] = found
+        if _CACHE_KEYS[fmt] not in cache:
+            cache[_CACHE_KEYS[fmt]] = _sizes_of(found)
+    return found
+
+
+# -- exact bytes from cached fragments --------------------------------------------
+
+_SPLICED = object()  # placeholder of the history and system fields in the envelope
+_SEPARATOR_BYTES = encode_body(SYSTEM_TEXT_SEPARATOR)[1:-1]
+_GEMINI_NAME_HEAD = b'{"functionResponse":{"name":'  # then the name; cached fragments hold ""
+
+
+def _cached_fragments(messages: Iterable[Message], fmt: WireFormat, store: bool) -> list[_Fragments]:
+    key = _FRAGMENT_KEYS[fmt]
+    return [m._cache.get(key) or _fragments(m, fmt, store) for m in messages]
+
+
+def _joined_items(fragments: list[_Fragments]) -> list[bytes]:
+    """The non-empty ``items`` of ``fragments`` with ``,`` between them, as pieces.
+
+    Pieces, not one joined copy: the body's single join then copies each
+    fragment once (a large intermediate buffer costs as much as the join).
+    """
+    items = [f.items for f in fragments if f.count]
+    pieces = [b","] * (2 * len(items) - 1) if items else []
+    pieces[::2] = items
+    return pieces
+
+
+def _close_turn(out: list[Any], start: int, members: int, first: _Fragments, simple_turns: bool) -> None:
+    if simple_turns and members == 1 and first.simple is not None:
+        del out[start:]  # a lone plain-text turn goes as a string
+        out.append(first.simple)
+    else:
+        out.append(b"]}")
+
+
+def _turns_bytes(messages: list[Message], fmt: WireFormat, store: bool, out: list[Any]) -> None:
+    """Append to ``out`` the merged turns of ``messages``, as :func:`_render_turns` renders them."""
+    roles, key = WIRE_ROLES[fmt], encode_body(TURN_CONTENT_KEYS[fmt])
+    heads = {role: b'{"role":' + encode_body(role) + b"," + key + b":[" for role in roles.values()}
+    simple_turns, gemini = fmt is _ANTHROPIC, fmt is _GEMINI
+    call_names: dict[str, str] = {}
+    encoded_names: dict[str, bytes] = {}
+    turn_role: str | None = None
+    start = members = blocks = 0
+    first: _Fragments | None = None
+    for msg, found in zip(messages, _cached_fragments(messages, fmt, store), strict=True):
+        if msg.role == "system":
+            continue
+        role = roles[msg.role]
+        if role != turn_role:
+            if first is not None:
+                _close_turn(out, start, members, first, simple_turns)
+                out.append(b",")
+            turn_role, start, members, blocks, first = role, len(out), 0, 0, found
+            out.append(heads[role])
+        members += 1
+        if found.count:
+            if blocks:
+                out.append(b",")
+            blocks += found.count
+            named = gemini and msg.role == "tool"
+            name = msg.name or call_names.get(msg.tool_call_id or "", "") if named else ""
+            if name:  # splice the function name into the fragment cached with ""
+                encoded = encoded_names.get(name) or encoded_names.setdefault(name, encode_body(name))
+                out += (_GEMINI_NAME_HEAD, encoded, memoryview(found.items)[len(_GEMINI_NAME_HEAD) + 2 :])
+            else:
+                out.append(found.items)
+        if gemini and msg.tool_calls:
+            call_names.update((c.id, c.name) for c in msg.tool_calls)
+    if first is not None:
+        _close_turn(out, start, members, first, simple_turns)
+
+
+def _system_bytes(systems: list[Message], fmt: WireFormat, store: bool) -> list[Any]:
+    fragments = _cached_fragments(systems, fmt, store)
+    if fmt is _RESPONSES:
+        return [b'"', _SEPARATOR_BYTES.join(f.text for f in fragments), b'"']
+    if fmt is _ANTHROPIC and len(systems) == 1 and fragments[0].simple is not None:
+        return [fragments[0].simple]
+    blocks = [b"[", *_joined_items(fragments), b"]"]
+    return [b'{"parts":', *blocks, b"}"] if fmt is _GEMINI else blocks
+
+
+def encode_request(
+    history: Iterable[Message],
+    fmt: WireFormat | str,
+    *,
+    model: str,
+    max_tokens: int | None = None,
+    tools: Any = None,
+    extra: Mapping[str, Any] | None = None,
+    cache: bool = True,
+) -> bytes:
+    """``encode_body(render_request(...))`` byte for byte, joined from cached per-message JSON.
+
+    Each message is encoded once per format and its fragments kept on the
+    message; a later request re-encodes only new messages and the small
+    envelope. ``cache=False`` reuses fragments already cached but stores no
+    new ones (the cache costs about one encoded copy of each message).
+
+    >>> history = [Message.system("be brief"), Message.user("hi")]
+    >>> encode_request(history, "anthropic", model="m", max_tokens=5)
+    b'{"model":"m","max_tokens":5,"system":"be brief","messages":[{"role":"user","content":"hi"}]}'
+    """
+    fmt = _fmt(fmt)
+    messages = list(history)
+    systems = [m for m in messages if m.role == "system"] if fmt is not _CHAT else []
+    body = _envelope(
+        fmt,
+        model=model,
+        max_tokens=max_tokens,
+        tools=tools,
+        extra=extra,
+        system=_SPLICED if systems else None,
+        history=_SPLICED,  # type: ignore[arg-type]
+    )
+    out: list[Any] = [b"{"]
+    for key, value in body.items():
+        if len(out) > 1:
+            out.append(b",")
+        if value is not _SPLICED:
+            out.append(encode_body({key: value})[1:-1])
+            continue
+        out += (encode_body(key), b":")
+        if key == SYSTEM_KEYS.get(fmt):
+            out += _system_bytes(systems, fmt, cache)
+            continue
+        out.append(b"[")
+        if fmt in GROUPED_FORMATS:
+            _turns_bytes(messages, fmt, cache, out)
+        else:
+            chosen = messages if fmt is _CHAT else [m for m in messages if m.role != "system"]
+            out += _joined_items(_cached_fragments(chosen, fmt, cache))
+        out.append(b"]")
+    out.append(b"}")
+    return b"".join(out)
 
 
 def _list_size(total: int, count: int) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ctxrecover import senders
 from ctxrecover.classify import FailureKind, classify
 from ctxrecover.context_editing import context_management_request
 from ctxrecover.messages import Message, ToolCall
@@ -25,7 +26,7 @@ from ctxrecover.senders import (
     Sender,
     SendFailed,
 )
-from ctxrecover.wire import Usage, WireFormat, render_request
+from ctxrecover.wire import Usage, WireFormat, encode_body, render_request
 
 BASE_URL = "http://provider.test/api"
 API_KEY = "sk-test-123"
@@ -188,6 +189,50 @@ def test_httpx_sender_merges_request_headers_and_extra_body_fields() -> None:
     assert request.headers["anthropic-beta"] == "context-management-2025-06-27"
     assert request.headers["x-api-key"] == API_KEY
     assert json.loads(request.content)["context_management"] == extra["context_management"]
+
+
+@pytest.mark.parametrize(("fmt", "answer"), [(r[0], r[5]) for r in FORMATS], ids=[r[0] for r in FORMATS])
+def test_httpx_sender_posts_the_encoded_body_byte_for_byte_from_cached_fragments(
+    fmt: str, answer: dict[str, Any]
+) -> None:
+    headers, extra = context_management_request()
+    tools = [{"name": "read_file", "input_schema": {"type": "object"}}]
+    requests = [
+        ChatRequest(REQUEST.messages, max_tokens=64, tools=tools, extra={"temperature": 0.5}),
+        ChatRequest((*REQUEST.messages, Message.user("and now? é")), headers=headers, extra=extra),
+    ]
+    recorder = Recorder(lambda request: httpx.Response(200, json=answer))
+    with sender_for(fmt, "m", recorder) as sender:
+        responses = [sender.send(request) for request in requests]
+
+    for request, sent, response in zip(requests, recorder.requests, responses, strict=True):
+        body = render_request(
+            request.messages,
+            fmt,
+            model="m",
+            max_tokens=request.max_tokens,
+            tools=request.tools,
+            extra=request.extra,
+        )
+        assert sent.content == encode_body(body)
+        assert response.request_bytes == len(sent.content)
+    assert all(f"wire-bytes:{fmt}" in m._cache for m in requests[1].messages)
+
+
+def test_httpx_sender_without_fragment_cache_posts_the_same_bytes_and_stores_none() -> None:
+    messages = tuple(Message.from_dict(m.to_dict()) for m in REQUEST.messages)  # fresh, uncached
+    recorder = Recorder(lambda request: httpx.Response(200, json=FORMATS[0][5]))
+    with HttpxSender(
+        "openai-chat",
+        base_url=BASE_URL,
+        model="gpt-4o",
+        cache_fragments=False,
+        transport=httpx.MockTransport(recorder),
+    ) as sender:
+        sender.send(ChatRequest(messages))
+    expected = encode_body(render_request(messages, "openai-chat", model="gpt-4o"))
+    assert recorder.requests[0].content == expected
+    assert not any(key.startswith("wire-bytes:") for m in messages for key in m._cache)
 
 
 def test_truncated_answer_is_parsed_as_truncated() -> None:
@@ -461,6 +506,64 @@ def test_sdk_errors_become_send_failed_with_the_sdk_error_as_cause(
     failure = classify(error)
     assert failure.kind is kind
     assert failure.status == status
+
+
+@requires_httpx2_mock
+@pytest.mark.parametrize(
+    ("make_client", "sender_type", "payload", "field"),
+    [
+        (openai_client, OpenAISDKSender, OPENAI_COMPLETION, {"temperature": 0.25}),
+        (anthropic_client, AnthropicSDKSender, ANTHROPIC_MESSAGE, {"stop_sequences": ["\n\nHuman:"]}),
+    ],
+)
+def test_sdk_request_bytes_count_the_fields_the_sdk_adds_drops_or_replaces(
+    make_client: Any, sender_type: type[Any], payload: dict[str, Any], field: dict[str, Any]
+) -> None:
+    recorder = SdkRecorder(200, payload)
+    extra_kwargs = {
+        "max_tokens": 77,
+        **field,
+        "extra_body": {"é": ["x"]},
+        "extra_headers": {"x-trace": "1"},
+        "timeout": 30.0,
+    }
+    sender = sender_type(make_client(recorder), model="m", extra_kwargs=extra_kwargs)
+    headers, extra = context_management_request()
+    request = (
+        ChatRequest(REQUEST.messages, max_tokens=512, headers=headers, extra=extra)
+        if sender_type is AnthropicSDKSender
+        else REQUEST
+    )
+
+    response = sender.send(request)
+
+    (sent,) = recorder.requests
+    assert json.loads(sent.content)["max_tokens"] == 77
+    assert response.request_bytes == len(sent.content)
+
+
+def test_sdk_request_bytes_never_encode_the_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    encoded: list[Any] = []
+    real_encode = senders.encode_body
+    monkeypatch.setattr(senders, "encode_body", lambda value: encoded.append(value) or real_encode(value))
+    sent: list[dict[str, Any]] = []
+
+    class Completions:
+        def create(self, **kwargs: Any) -> Any:
+            sent.append(kwargs)
+            return OPENAI_COMPLETION
+
+    class Client:
+        class chat:  # noqa: N801 - mirrors the SDK's attribute path
+            completions = Completions()
+
+    extra_kwargs = {"temperature": 0, "max_tokens": 9, "extra_body": {"seed": 3}, "timeout": 5}
+    response = OpenAISDKSender(Client(), model="gpt-4o", extra_kwargs=extra_kwargs).send(REQUEST)
+
+    (kwargs,) = sent
+    wire = {k: v for k, v in kwargs.items() if k not in ("extra_body", "timeout")} | kwargs["extra_body"]
+    assert response.request_bytes == len(encode_body(wire))
+    assert encoded and not any("messages" in value for value in encoded)
 
 
 def test_sdk_adapter_lets_programming_errors_through() -> None:

@@ -19,6 +19,7 @@ from ctxrecover.wire import (
     WireFormat,
     WireSizeTracker,
     encode_body,
+    encode_request,
     history_bytes,
     parse_response,
     render_request,
@@ -411,6 +412,140 @@ def test_system_bytes_count_only_the_leading_system_messages() -> None:
 def test_non_ascii_and_escapes_make_bytes_exceed_chars() -> None:
     history = [Message.user('"é😀\n' * 100)]
     assert history_bytes(history, "openai-chat") > len(history[0].content) * 2
+
+
+# -- exact bytes from cached fragments -------------------------------------------------------------
+
+# Runs of same-role messages and system messages in the middle: the grouped formats merge the runs
+# into one turn and lift every system message into the system field.
+_RUNS = st.lists(
+    st.tuples(_MESSAGES, st.integers(1, 3)).map(lambda pair: [pair[0]] * pair[1]), max_size=6
+).map(lambda runs: [m for run in runs for m in run])
+
+
+def _encoded(history: list[Message], fmt: WireFormat, **options: Any) -> bytes:
+    return encode_body(render_request(history, fmt, **options))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@settings(max_examples=40, deadline=None)
+@given(
+    history=st.one_of(_HISTORIES, _RUNS),
+    max_tokens=st.none() | st.integers(1, 200_000),
+    tools=st.none() | st.just(TOOLS),
+    model=_TEXT,
+)
+def test_encode_request_is_the_encoded_body_byte_for_byte(
+    fmt: WireFormat, history: list[Message], max_tokens: int | None, tools: Any, model: str
+) -> None:
+    options: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "tools": tools}
+    expected = _encoded(history, fmt, **options)
+    assert encode_request(history, fmt, **options) == expected
+    # from the cache, and with one message more (cached and fresh fragments mixed)
+    assert encode_request(history, fmt, **options) == expected
+    longer = [*history, Message.user("é\n"), *history[:3]]
+    assert encode_request(longer, fmt, **options) == _encoded(longer, fmt, **options)
+    assert len(expected) == request_size(history, fmt, **options)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@settings(max_examples=25, deadline=None)
+@given(
+    history=_RUNS,
+    extra=st.dictionaries(st.sampled_from(["temperature", "é", "generationConfig", "model"]), _JSON_VALUES),
+)
+def test_encode_request_with_extra_fields_is_byte_for_byte(
+    fmt: WireFormat, history: list[Message], extra: dict
+) -> None:
+    expected = _encoded(history, fmt, model="m", max_tokens=3, extra=extra)
+    assert encode_request(history, fmt, model="m", max_tokens=3, extra=extra) == expected
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "gemini", "bedrock-converse"])
+def test_encode_request_merges_same_role_runs_and_lifts_every_system_message(fmt: str) -> None:
+    history = [
+        Message.system("first"),
+        Message.user("a"),
+        Message.user("b"),
+        Message.system("", system_parts=("later", "")),
+        *_agent_history()[1:],
+    ]
+    body = render_request(history, fmt, model="m")
+    assert len(body[wire.HISTORY_KEYS[fmt]]) == 4  # user, assistant, user (tool results + text), assistant
+    assert encode_request(history, fmt, model="m") == encode_body(body)
+
+
+@pytest.mark.parametrize(
+    ("systems", "expected"),
+    [
+        ([Message.system("only")], b'"system":"only"'),
+        ([Message.system("x", system_parts=("p",))], b'"system":[{"type":"text","text":"p"}]'),
+        ([Message.system("a"), Message.system("")], b'"system":[{"type":"text","text":"a"}]'),
+    ],
+)
+def test_encode_request_anthropic_system_is_a_string_only_for_one_plain_system_message(
+    systems: list[Message], expected: bytes
+) -> None:
+    data = encode_request([*systems, Message.user("u")], "anthropic", model="m")
+    assert expected in data
+    assert data == _encoded([*systems, Message.user("u")], "anthropic", model="m")
+
+
+def test_encode_request_splices_the_gemini_function_name_into_the_cached_fragment() -> None:
+    history = [
+        Message.user("u"),
+        Message.assistant("", [ToolCall("t:0", "old_tool")]),
+        Message.tool("t:0", "r1"),
+        Message.assistant("", [ToolCall("t:0", 'new "tool" é')]),
+        Message.tool("t:0", "r2"),
+        Message.tool("t:9", "r3", name="own_name"),
+        Message.tool("t:8", "r4"),  # no call, no name: ""
+    ]
+    data = encode_request(history, "gemini", model="m")
+    assert data == _encoded(history, "gemini", model="m")
+    assert b'"name":"new \\"tool\\" \xc3\xa9","response":{"content":"r2"}' in data
+    # the cache holds the name-free fragment, so the same message sent after another call reads right
+    later = [Message.user("u"), Message.assistant("", [ToolCall("t:0", "other")]), history[2]]
+    assert encode_request(later, "gemini", model="m") == _encoded(later, "gemini", model="m")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_encode_request_encodes_only_messages_it_has_not_sent(
+    fmt: WireFormat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = _agent_history()
+    encode_request(history, fmt, model="m")
+    assert all(f"wire-bytes:{fmt}" in m._cache for m in history)
+    rendered: list[Message] = []
+    real_render = wire._render_fragments
+    monkeypatch.setattr(wire, "_render_fragments", lambda msg, f: rendered.append(msg) or real_render(msg, f))
+    fresh = Message.user("new")
+    assert encode_request([*history, fresh], fmt, model="m") == _encoded([*history, fresh], fmt, model="m")
+    assert rendered == [fresh]
+    # its sizes come with it: sizing the same history measures nothing again
+    assert request_size([*history, fresh], fmt, model="m") == len(_encoded([*history, fresh], fmt, model="m"))
+    assert rendered == [fresh]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_encode_request_without_cache_stores_no_bytes(fmt: WireFormat) -> None:
+    history = _agent_history()
+    data = encode_request(history, fmt, model="m", cache=False)
+    assert data == _encoded(history, fmt, model="m")
+    assert not any(key.startswith("wire-bytes:") for m in history for key in m._cache)
+
+
+def test_encode_request_rejects_extra_that_would_replace_the_history() -> None:
+    with pytest.raises(ConfigError, match="extra\\['system'\\] would replace the rendered history"):
+        encode_request([Message.user("u")], "anthropic", model="m", extra={"system": "x"})
+
+
+def test_encode_request_does_not_mutate_the_history() -> None:
+    history = _agent_history()
+    before = [m.to_dict() for m in history]
+    for fmt in FORMATS:
+        encode_request(history, fmt, model="m")
+    assert [m.to_dict() for m in history] == before
 
 
 # -- responses -------------------------------------------------------------------------------------
