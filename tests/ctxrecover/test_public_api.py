@@ -21,6 +21,7 @@ EXPECTED_PUBLIC_NAMES = {
     "WireFormat",
     "WireSizeTracker",
     "encode_body",
+    "encode_request",
     "parse_response",
     "render_request",
     "request_size",
