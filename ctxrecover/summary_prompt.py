@@ -158,7 +158,11 @@ def render_segment(
     line_overhead = len(LINE_TEMPLATE.format(role="", content=""))
     framing = sum(len(m.role) + len(s) + line_overhead for m, s in zip(segment, suffixes, strict=True))
     content_budget = budget - framing
-    originals = [_archived_original(msg.content, archive) for msg in segment]
+    # A summary (or truncation notice) stands for a whole earlier segment: it is fed as is.
+    # Restoring the transcript behind its marker would re-summarize the conversation from
+    # its start at every compaction (quadratic summarizer cost); single-message stubs
+    # (previews, cleared results) are restored when their original fits.
+    originals = [None if msg.is_summary else _archived_original(msg.content, archive) for msg in segment]
     demands = [len(o) if o is not None else len(m.content) for m, o in zip(segment, originals, strict=True)]
     # A stub whose original does not fit gives its claim back; shares only grow, so
     # the originals already judged to fit keep fitting.

@@ -200,6 +200,22 @@ def test_render_segment_restores_a_stub_whose_original_fits() -> None:
     assert rendered == f"[user]: read it\n\n[tool]: {original}\n\n"
 
 
+def test_render_segment_feeds_an_earlier_summary_as_is() -> None:
+    # The summary's marker points at the whole transcript it replaced: restoring it would
+    # re-summarize the conversation from its start at every compaction.
+    archive = MemoryArchive()
+    key = archive.put(long_text(3_000))
+    summary = Message.user(
+        f"[STRUCTURED SUMMARY — covering 12 earlier messages]\n\n## Current Task State\n- parser fixed"
+        f"\n\n[full transcript of the summarized segment recoverable via @recall {marker(key)}]",
+        is_summary=True,
+        summary_of=12,
+    )
+    segment = [summary, Message.user("next step")]
+    rendered = render_segment(segment, archive=archive, window_tokens=8192, prompt_chars=0)
+    assert rendered == f"[user]: {summary.content}\n\n[user]: next step\n\n"
+
+
 def test_render_segment_keeps_the_stub_when_the_original_does_not_fit() -> None:
     archive = MemoryArchive()
     key = archive.put(long_text(100_000))
