@@ -25,6 +25,8 @@ import statistics
 import time
 from typing import Any
 
+import _histories
+
 from ctxrecover.archive import MemoryArchive
 from ctxrecover.compactor import HistoryCompactor
 from ctxrecover.events import EventBus, StatusEvent
@@ -52,6 +54,8 @@ WORDS = (
     "raises an error; see path/to/module.py line 42 for the parser and its tests — "
     'quote " backslash \\ tab \t def class import return naïve café'
 ).split(" ")
+SYSTEM_PROMPT = "You are a careful coding agent."
+TURN_OVERHEAD_CHARS = 1_900  # a turn's chars besides its tool result
 FIXED_SUMMARY = (
     "## Files Read\n- src/parser.py (400 lines) — tokenizer and grammar\n\n"
     "## Current Task State\n- Done: parser fixes\n- Pending: report writer"
@@ -75,15 +79,7 @@ class InstantSummarizer:
 
 
 def _text(rng: random.Random, chars: int) -> str:
-    words: list[str] = []
-    total = 0
-    while total < chars:
-        word = rng.choice(WORDS)
-        words.append(word)
-        total += len(word) + 1
-        if rng.random() < 0.08:
-            words.append("\n")
-    return " ".join(words)[:chars]
+    return _histories.random_text(rng, chars, WORDS)
 
 
 def _turn(rng: random.Random, index: int, tool_chars: int) -> list[Message]:
@@ -104,13 +100,14 @@ def build_history(
     *, seed: int = SEED, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES
 ) -> list[Message]:
     """A seeded agent history of ``messages`` messages weighing about ``target_bytes``."""
-    rng = random.Random(seed)
-    turns = messages // 4
-    tool_chars = max(500, target_bytes // turns - 1_900)
-    history = [Message.system("You are a careful coding agent.")]
-    for index in range(turns):
-        history.extend(_turn(rng, index, tool_chars))
-    return history[:messages]
+    return _histories.build_history(
+        _turn,
+        system=SYSTEM_PROMPT,
+        seed=seed,
+        messages=messages,
+        target_bytes=target_bytes,
+        turn_overhead=TURN_OVERHEAD_CHARS,
+    )
 
 
 def _budget(history: list[Message]) -> int:

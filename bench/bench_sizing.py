@@ -21,6 +21,8 @@ import statistics
 import time
 from typing import Any
 
+import _histories
+
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.wire import WireFormat, WireSizeTracker, encode_body, render_request, request_size
 
@@ -38,18 +40,12 @@ WORDS = (
     "otherwise raises an error naïve café résumé 日本語 テスト 😀 ✓ — "
     'quote " backslash \\ tab \t path/to/file.py def class import return'
 ).split(" ")
+SYSTEM_PROMPT = "You are a careful coding agent. Réponds en français si demandé."
+TURN_OVERHEAD_CHARS = 1_500  # a turn's chars besides its tool result
 
 
 def _text(rng: random.Random, chars: int) -> str:
-    words: list[str] = []
-    total = 0
-    while total < chars:
-        word = rng.choice(WORDS)
-        words.append(word)
-        total += len(word) + 1
-        if rng.random() < 0.08:
-            words.append("\n")
-    return " ".join(words)[:chars]
+    return _histories.random_text(rng, chars, WORDS)
 
 
 def _turn(rng: random.Random, index: int, tool_chars: int) -> list[Message]:
@@ -69,13 +65,14 @@ def build_history(
     *, seed: int = SEED, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES
 ) -> list[Message]:
     """A seeded agent history of ``messages`` messages weighing about ``target_bytes``."""
-    rng = random.Random(seed)
-    turns = messages // 4
-    tool_chars = max(500, target_bytes // turns - 1_500)
-    history = [Message.system("You are a careful coding agent. Réponds en français si demandé.")]
-    for index in range(turns):
-        history.extend(_turn(rng, index, tool_chars))
-    return history[:messages]
+    return _histories.build_history(
+        _turn,
+        system=SYSTEM_PROMPT,
+        seed=seed,
+        messages=messages,
+        target_bytes=target_bytes,
+        turn_overhead=TURN_OVERHEAD_CHARS,
+    )
 
 
 def _median_ns(samples: list[int]) -> float:

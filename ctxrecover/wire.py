@@ -117,6 +117,28 @@ DEFAULT_ANTHROPIC_MAX_TOKENS = 4096  # the Messages API requires max_tokens
 SYSTEM_TEXT_SEPARATOR = "\n\n"
 RAW_ARGUMENTS_KEY = "_raw_arguments"
 TRUNCATION_STOP_REASONS = frozenset({"length", "max_tokens", "MAX_TOKENS", "max_output_tokens"})
+#: Where each response reports :class:`Usage` (input, output, cache read[, cache write]), as dotted paths.
+USAGE_FIELDS: dict[WireFormat, tuple[str, ...]] = {
+    _CHAT: ("usage.prompt_tokens", "usage.completion_tokens", "usage.prompt_tokens_details.cached_tokens"),
+    _RESPONSES: ("usage.input_tokens", "usage.output_tokens", "usage.input_tokens_details.cached_tokens"),
+    _ANTHROPIC: (
+        "usage.input_tokens",
+        "usage.output_tokens",
+        "usage.cache_read_input_tokens",
+        "usage.cache_creation_input_tokens",
+    ),
+    _GEMINI: (
+        "usageMetadata.promptTokenCount",
+        "usageMetadata.candidatesTokenCount",
+        "usageMetadata.cachedContentTokenCount",
+    ),
+    _BEDROCK: (
+        "usage.inputTokens",
+        "usage.outputTokens",
+        "usage.cacheReadInputTokens",
+        "usage.cacheWriteInputTokens",
+    ),
+}
 
 _CACHE_KEYS = {fmt: f"wire:{fmt}" for fmt in WireFormat}
 _FRAGMENT_KEYS = {fmt: f"wire-bytes:{fmt}" for fmt in WireFormat}
@@ -843,8 +865,8 @@ def _get(data: Any, path: str, kind: type | tuple[type, ...], fmt: WireFormat) -
     return value
 
 
-def _int(data: Any, *keys: str) -> int:
-    for key in keys:
+def _int(data: Any, path: str) -> int:
+    for key in path.split("."):
         data = data.get(key) if isinstance(data, dict) else None
     return data if isinstance(data, int) and not isinstance(data, bool) else 0
 
@@ -855,7 +877,7 @@ def _arguments_text(value: Any) -> str:
     return json.dumps({} if value is None else value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _parse_chat(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None, Usage]:
+def _parse_chat(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None]:
     message = _get(data, "choices.0.message", dict, _CHAT)
     content = message.get("content")
     if isinstance(content, list):
@@ -866,20 +888,10 @@ def _parse_chat(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None, 
         fn = _get(message, f"tool_calls.{i}.function", dict, _CHAT)
         name = _get(data, f"choices.0.message.tool_calls.{i}.function.name", str, _CHAT)
         calls.append(ToolCall(str(call.get("id") or ""), name, _arguments_text(fn.get("arguments"))))
-    usage = data.get("usage")
-    return (
-        text,
-        calls,
-        data["choices"][0].get("finish_reason"),
-        Usage(
-            _int(usage, "prompt_tokens"),
-            _int(usage, "completion_tokens"),
-            _int(usage, "prompt_tokens_details", "cached_tokens"),
-        ),
-    )
+    return text, calls, data["choices"][0].get("finish_reason")
 
 
-def _parse_responses(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None, Usage]:
+def _parse_responses(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None]:
     texts: list[str] = []
     calls = []
     for i, item in enumerate(_get(data, "output", list, _RESPONSES)):
@@ -894,20 +906,10 @@ def _parse_responses(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | N
             calls.append(ToolCall(str(item.get("call_id") or ""), name, arguments))
     status = data.get("status")
     stop = (data.get("incomplete_details") or {}).get("reason") if status == "incomplete" else status
-    usage = data.get("usage")
-    return (
-        "".join(texts),
-        calls,
-        stop,
-        Usage(
-            _int(usage, "input_tokens"),
-            _int(usage, "output_tokens"),
-            _int(usage, "input_tokens_details", "cached_tokens"),
-        ),
-    )
+    return "".join(texts), calls, stop
 
 
-def _parse_anthropic(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None, Usage]:
+def _parse_anthropic(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None]:
     texts: list[str] = []
     calls = []
     for i, block in enumerate(_get(data, "content", list, _ANTHROPIC)):
@@ -917,29 +919,12 @@ def _parse_anthropic(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | N
         elif kind == "tool_use":
             name = _get(data, f"content.{i}.name", str, _ANTHROPIC)
             calls.append(ToolCall(str(block.get("id") or ""), name, _arguments_text(block.get("input"))))
-    usage = data.get("usage")
-    return (
-        "".join(texts),
-        calls,
-        data.get("stop_reason"),
-        Usage(
-            _int(usage, "input_tokens"),
-            _int(usage, "output_tokens"),
-            _int(usage, "cache_read_input_tokens"),
-            _int(usage, "cache_creation_input_tokens"),
-        ),
-    )
+    return "".join(texts), calls, data.get("stop_reason")
 
 
-def _parse_gemini(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None, Usage]:
-    usage = data.get("usageMetadata")
-    counts = Usage(
-        _int(usage, "promptTokenCount"),
-        _int(usage, "candidatesTokenCount"),
-        _int(usage, "cachedContentTokenCount"),
-    )
+def _parse_gemini(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None]:
     if not data.get("candidates") and isinstance(data.get("promptFeedback"), dict):
-        return "", [], data["promptFeedback"].get("blockReason"), counts
+        return "", [], data["promptFeedback"].get("blockReason")
     candidate = _get(data, "candidates.0", dict, _GEMINI)
     texts: list[str] = []
     calls = []
@@ -952,10 +937,10 @@ def _parse_gemini(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None
             name = _get(data, f"candidates.0.content.parts.{i}.functionCall.name", str, _GEMINI)
             call_id = part["functionCall"].get("id") or f"{name}:{len(calls)}"
             calls.append(ToolCall(str(call_id), name, _arguments_text(part["functionCall"].get("args"))))
-    return "".join(texts), calls, candidate.get("finishReason"), counts
+    return "".join(texts), calls, candidate.get("finishReason")
 
 
-def _parse_bedrock(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None, Usage]:
+def _parse_bedrock(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None]:
     texts: list[str] = []
     calls = []
     for i, block in enumerate(_get(data, "output.message.content", list, _BEDROCK)):
@@ -967,18 +952,7 @@ def _parse_bedrock(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | Non
             use = _get(data, f"output.message.content.{i}.toolUse", dict, _BEDROCK)
             name = _get(data, f"output.message.content.{i}.toolUse.name", str, _BEDROCK)
             calls.append(ToolCall(str(use.get("toolUseId") or ""), name, _arguments_text(use.get("input"))))
-    usage = data.get("usage")
-    return (
-        "".join(texts),
-        calls,
-        data.get("stopReason"),
-        Usage(
-            _int(usage, "inputTokens"),
-            _int(usage, "outputTokens"),
-            _int(usage, "cacheReadInputTokens"),
-            _int(usage, "cacheWriteInputTokens"),
-        ),
-    )
+    return "".join(texts), calls, data.get("stopReason")
 
 
 _PARSERS = {
@@ -1001,7 +975,8 @@ def parse_response(fmt: WireFormat | str, data: dict[str, Any]) -> ParsedRespons
         raise ValueError(f"malformed {fmt} response: expected a JSON object, got {type(data).__name__}")
     if "error" in data and isinstance(data["error"], dict | str):
         raise ValueError(f"{fmt} response is an error, not a success response: {data['error']!r}")
-    text, calls, stop, usage = _PARSERS[fmt](data)
+    text, calls, stop = _PARSERS[fmt](data)
+    usage = Usage(*(_int(data, path) for path in USAGE_FIELDS[fmt]))
     stop = stop if isinstance(stop, str) else None
     return ParsedResponse(
         Message.assistant(text, tool_calls=calls), stop, stop in TRUNCATION_STOP_REASONS, usage

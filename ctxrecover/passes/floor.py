@@ -35,6 +35,7 @@ from typing import Any
 from ctxrecover.archive import Archive, MemoryArchive, extract_keys, marker
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
+from ctxrecover.passes.microcompact import message_ages
 from ctxrecover.passes.truncate import leading_system_count, truncate_head_tail
 from ctxrecover.sizes import format_payload_size, weight
 
@@ -492,16 +493,6 @@ def _age_text(text: str, archive: Archive) -> tuple[str, list[str]]:
     return SKILL_BLOCK_RE.sub(stub, text), names
 
 
-def _ages(history: Sequence[Message]) -> list[int]:
-    ages = [0] * len(history)
-    later_assistants = 0
-    for i in range(len(history) - 1, -1, -1):
-        ages[i] = later_assistants
-        if history[i].role == "assistant":
-            later_assistants += 1
-    return ages
-
-
 def age_skill_blocks(
     history: list[Message],
     *,
@@ -523,7 +514,7 @@ def age_skill_blocks(
     out: list[Message] | None = None
     blocks = freed = 0
     skills: list[str] = []
-    ages = _ages(history)
+    ages = message_ages(history)
     for i in range(leading_system_count(history), len(history)):
         msg = history[i]
         if ages[i] < age_turns or msg.role not in ("user", "system") or msg.preserve_verbatim:

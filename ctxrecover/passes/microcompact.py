@@ -25,7 +25,7 @@ True
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ctxrecover.archive import Archive, extract_keys, marker
@@ -48,6 +48,7 @@ __all__ = [
     "TRUNCATION_TEXT",
     "apply_microcompact",
     "content_kind",
+    "message_ages",
     "recall_suffixes",
 ]
 
@@ -136,7 +137,8 @@ def _previewed_original(content: str, archive: Archive) -> tuple[str, str] | Non
     return None
 
 
-def _ages(history: list[Message]) -> list[int]:
+def message_ages(history: Sequence[Message]) -> list[int]:
+    """The age of each message: how many assistant messages come after it."""
     ages = [0] * len(history)
     later_assistants = 0
     for i in range(len(history) - 1, -1, -1):
@@ -215,7 +217,7 @@ def apply_microcompact(
     _validate(truncate_turns, summarize_turns, head_chars, tail_chars, min_content)
     folder = _Folder(archive, head_chars, tail_chars)
     out: list[Message] | None = None
-    for i, age in enumerate(_ages(history)):
+    for i, age in enumerate(message_ages(history)):
         msg = history[i]
         if age < truncate_turns or msg.preserve_verbatim or msg.is_summary:
             continue

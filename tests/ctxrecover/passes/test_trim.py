@@ -3,37 +3,15 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 
-from ctxrecover.archive import MemoryArchive, archive_key, extract_keys, recall
+from ctxrecover.archive import MemoryArchive, archive_key
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.passes.trim import trim_history
 from ctxrecover.passes.truncate import recall_suffix
 from ctxrecover.sizes import total_weight
-
-
-def reachable_texts(history: list[Message], store: MemoryArchive) -> list[str]:
-    """Every message text of ``history`` plus every archive entry reachable from its markers."""
-    texts = [m.content for m in history]
-    pending = [k for t in texts for k in extract_keys(t)]
-    seen: set[str] = set()
-    while pending:
-        key = pending.pop()
-        if key in seen:
-            continue
-        seen.add(key)
-        found = recall(store, f"<<ccr:{key}>>").found
-        assert key in found, f"marker {key} points at nothing"
-        texts.append(found[key])
-        pending += extract_keys(found[key])
-    return texts
-
-
-def assert_nothing_lost(original: list[Message], output: list[Message], store: MemoryArchive) -> None:
-    texts = reachable_texts(output, store)
-    for msg in original:
-        assert any(msg.content in t for t in texts), f"lost: {msg.content[:60]!r}"
 
 
 def suffix(content: str) -> str:
@@ -59,7 +37,9 @@ THOUGHTS = "step one\n" * 20
         (f"<Reasoning>{THOUGHTS}</REASONING>", ""),
     ],
 )
-def test_trim_strips_reasoning_and_explanation_blocks(content: str, kept: str) -> None:
+def test_trim_strips_reasoning_and_explanation_blocks(
+    content: str, kept: str, assert_nothing_lost_strict: Callable[..., None]
+) -> None:
     history = [Message.user("q"), Message.assistant(content, tool_calls=[ToolCall("a", "ls")])]
     snapshot = copy.deepcopy(history)
     store = MemoryArchive()
@@ -71,7 +51,7 @@ def test_trim_strips_reasoning_and_explanation_blocks(content: str, kept: str) -
     assert store.get(archive_key(content)) == content
     assert report.messages_changed == 1
     assert report.chars_saved == len(content) - len(expected)
-    assert_nothing_lost(history, out, store)
+    assert_nothing_lost_strict(history, out, store)
 
 
 def test_trim_collapses_blank_lines_with_a_recall_marker() -> None:
@@ -158,7 +138,9 @@ def test_trim_leaves_short_blocks_and_short_feedback_alone() -> None:
     assert out is history
 
 
-def test_trim_cuts_long_feedback_to_the_limit_keeping_head_and_tail() -> None:
+def test_trim_cuts_long_feedback_to_the_limit_keeping_head_and_tail(
+    assert_nothing_lost_strict: Callable[..., None],
+) -> None:
     content = "--- Resultado da Ação\n" + "".join(f"row {i}\n" for i in range(3000))
     history = [Message.user(content, agent_feedback=True)]
     store = MemoryArchive()
@@ -168,7 +150,7 @@ def test_trim_cuts_long_feedback_to_the_limit_keeping_head_and_tail() -> None:
     assert stub.startswith("--- Resultado da Ação\nrow 0\n")
     assert stub.endswith("row 2999\n" + suffix(content))
     assert " chars omitted] ...\n\n" in stub
-    assert_nothing_lost(history, out, store)
+    assert_nothing_lost_strict(history, out, store)
 
 
 def test_trim_respects_custom_feedback_limit() -> None:
@@ -189,7 +171,9 @@ def test_trim_leaves_messages_already_cut_by_a_pass() -> None:
 # -- FORMAT ERROR dedup -------------------------------------------------------------------------
 
 
-def test_trim_keeps_only_the_last_consecutive_format_error() -> None:
+def test_trim_keeps_only_the_last_consecutive_format_error(
+    assert_nothing_lost_strict: Callable[..., None],
+) -> None:
     errors = [
         Message.user(f"FORMAT ERROR: attempt {i} had no tool call", agent_feedback=True) for i in range(3)
     ]
@@ -209,7 +193,7 @@ def test_trim_keeps_only_the_last_consecutive_format_error() -> None:
     ]
     assert report.format_errors_dropped == 2 and report.messages_changed == 3
     assert report.chars_saved == total_weight(history) - total_weight(out)
-    assert_nothing_lost(history, out, store)
+    assert_nothing_lost_strict(history, out, store)
     again, second = trim_history(out, archive=store)
     assert again is out and second.messages_changed == 0
 
@@ -228,7 +212,9 @@ def test_trim_keeps_format_errors_that_are_not_consecutive() -> None:
 # -- whole history ---------------------------------------------------------------------------------
 
 
-def test_trim_whole_history_is_lossless_and_idempotent() -> None:
+def test_trim_whole_history_is_lossless_and_idempotent(
+    assert_nothing_lost_strict: Callable[..., None],
+) -> None:
     history = [
         Message.system("You are an agent.\n\n\n\nRules."),
         Message.user("please fix\n\n\n\nthe bug"),
@@ -249,9 +235,7 @@ def test_trim_whole_history_is_lossless_and_idempotent() -> None:
     assert report.messages_changed == 4 and report.format_errors_dropped == 1
     assert report.chars_saved == total_weight(history) - total_weight(out) > 9000
     assert out[-1] is history[-1], "collapsing two blank lines would not pay for a recall marker"
-    texts = reachable_texts(out, store)
-    for msg in history:
-        assert any(msg.content in t for t in texts)
+    assert_nothing_lost_strict(history, out, store)
     again, second = trim_history(out, archive=store)
     assert again is out and second == second.__class__()
 
