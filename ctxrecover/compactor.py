@@ -8,7 +8,8 @@ counters — and rewrites a history in up to three levels:
    under budget.
 2. **Summary**: the messages between the system floor and the last
    ``keep_recent`` (cut snapped to a tool-block boundary) become one
-   ``user`` summary whose recall marker addresses the archived transcript;
+   ``user`` summary whose recall marker addresses the archived segment
+   (one range entry, recalled as its full transcript);
    verbatim messages are re-attached after it. Skipped without a summarizer,
    during back-off, or for a segment under ``policy.summary_min_messages``.
 3. **Emergency truncation** (:func:`~ctxrecover.passes.truncate.emergency_truncate`),
@@ -40,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import get_args
 
-from ctxrecover.archive import Archive, marker
+from ctxrecover.archive import Archive, archive_range, marker, put_entries, read_original
 from ctxrecover.errors import CompactionCancelled, ConfigError, SummarizerError
 from ctxrecover.events import EventBus, PostCompact, PreCompact, SessionStats, Trigger
 from ctxrecover.messages import Message
@@ -50,7 +51,6 @@ from ctxrecover.passes.truncate import (
     VERBATIM_RESULT_HEADER,
     emergency_truncate,
     leading_system_count,
-    render_transcript,
     snap_to_tool_boundary,
 )
 from ctxrecover.policy import Policy
@@ -142,7 +142,12 @@ class CompactionResult:
 
 
 class _CountingArchive:
-    """An :class:`Archive` view that counts the chars handed to the store."""
+    """An :class:`Archive` view that counts the chars handed to the store.
+
+    It reads a range entry expanded (:func:`~ctxrecover.archive.read_original`),
+    so a pass that restores an archived original (the summarizer's input) gets
+    the transcript, not the index.
+    """
 
     def __init__(self, store: Archive) -> None:
         self.store = store
@@ -153,6 +158,10 @@ class _CountingArchive:
         self.chars += len(content)
         return key
 
+    def put_keyed(self, entries: Sequence[tuple[str, str]]) -> None:
+        put_entries(self.store, entries)
+        self.chars += sum(len(content) for _, content in entries)
+
     def archive(self, content: str) -> str | None:
         key = self.store.archive(content)
         if key is not None:
@@ -160,7 +169,7 @@ class _CountingArchive:
         return key
 
     def get(self, key: str) -> str | None:
-        return self.store.get(key)
+        return read_original(self.store, key)
 
     def __contains__(self, key: object) -> bool:
         return key in self.store
@@ -503,7 +512,7 @@ class HistoryCompactor:
         run.account(gated)
         if cancel is not None:
             cancel.raise_if_cancelled()
-        key = run.archive.put(render_transcript(summarized))
+        key = archive_range(run.archive, summarized)
         covered = _covered(summarized)
         summary = Message.user(
             SUMMARY_HEADER % covered + gated.text + SUMMARY_RECALL_NOTE.format(marker=marker(key)),

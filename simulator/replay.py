@@ -432,6 +432,11 @@ class _CountingArchive(MemoryArchive):
             self.chars += len(content)
         return key
 
+    def put_keyed(self, entries: Sequence[tuple[str, str]]) -> None:
+        fresh = {key: content for key, content in entries if key not in self}
+        super().put_keyed(entries)
+        self.chars += sum(map(len, fresh.values()))
+
 
 class _ReplaySender(HttpxSender):
     """An HttpxSender that reports every attempt (and the exact body it sent) to the recorder."""

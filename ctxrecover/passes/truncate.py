@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 
-from ctxrecover.archive import Archive, marker
+from ctxrecover.archive import Archive, archive_message, archive_range, marker, render_transcript
 from ctxrecover.messages import Message
 
 __all__ = [
@@ -124,23 +124,6 @@ def leading_system_count(history: Sequence[Message]) -> int:
     return count
 
 
-def render_transcript(messages: Sequence[Message]) -> str:
-    """Render messages for verbatim archival: ``[role]: content`` lines, tool calls listed.
-
-    Every char of each message's content and tool-call arguments appears in the
-    result, so an archived range is a lossless record of the dropped text.
-    Images are listed by type (their pixels are not text).
-    """
-    parts: list[str] = []
-    for msg in messages:
-        # pieces, not per-message f-strings: each content is copied once, by the final join
-        parts += ("[", msg.role, "]: ", msg.content)
-        parts += (f"\n[tool_call {call.id} {call.name}: {call.arguments}]" for call in msg.tool_calls)
-        parts += (f"\n[image: {image.url or image.media_type}]" for image in msg.images)
-        parts.append("\n\n")
-    return "".join(parts)
-
-
 def snap_to_tool_boundary(history: Sequence[Message], index: int) -> int:
     """Move a cut index back so the kept tail never starts inside a tool block.
 
@@ -166,7 +149,7 @@ def snap_to_tool_boundary(history: Sequence[Message], index: int) -> int:
 
 def _cut_with_marker(msg: Message, cap: int, archive: Archive) -> Message:
     """``msg`` cut to ``cap`` chars (head ¾ + tail), original archived, recall marker appended."""
-    key = archive.put(msg.content)
+    key = archive_message(archive, msg)
     suffix = recall_suffix(key)
     body = truncate_head_tail(msg.content, cap - len(suffix))
     return msg.replace(content=body + suffix, preserve_verbatim=False)
@@ -187,8 +170,8 @@ def _downgrade_verbatim(msg: Message) -> Message:
 class EmergencyReport:
     """What :func:`emergency_truncate` did.
 
-    ``archive_key`` addresses the rendered transcript of the dropped range
-    (``None`` when nothing was dropped).
+    ``archive_key`` addresses the dropped range's entry, which ``@recall``
+    expands to its rendered transcript (``None`` when nothing was dropped).
     """
 
     messages_dropped: int = 0
@@ -203,7 +186,8 @@ def emergency_truncate(
 
     The tail holds the last ``keep_recent`` non-system messages, its start
     snapped back to a tool-block boundary. The dropped range is archived first
-    as one rendered transcript whose marker rides in the notice
+    as one range entry (:func:`~ctxrecover.archive.archive_range`, recalled as
+    the rendered transcript) whose marker rides in the notice
     (:data:`CONTEXT_TRUNCATED_NOTICE` + :data:`DROPPED_TRANSCRIPT_NOTE`).
     Verbatim messages of the range are re-attached after the notice (a verbatim
     tool result as a ``user`` message), system messages of the range join the
@@ -220,12 +204,13 @@ def emergency_truncate(
             remaining -= 1
     recent_start = snap_to_tool_boundary(history, recent_start)
     segment = history[floor:recent_start]
-    systems = [m for m in segment if m.role == "system"]
-    verbatim = [m for m in segment if m.role != "system" and m.preserve_verbatim]
-    dropped = [m for m in segment if m.role != "system" and not m.preserve_verbatim]
+    aside = [m for m in segment if m.role == "system" or m.preserve_verbatim]  # usually none
+    systems = [m for m in aside if m.role == "system"]
+    verbatim = [m for m in aside if m.role != "system"]
+    dropped = [m for m in segment if m.role != "system" and not m.preserve_verbatim] if aside else segment
     if not dropped:
         return history, EmergencyReport(verbatim_kept=len(verbatim))
-    key = archive.put(render_transcript(dropped))
+    key = archive_range(archive, dropped)
     notice = Message.user(
         CONTEXT_TRUNCATED_NOTICE % len(dropped) + DROPPED_TRANSCRIPT_NOTE.format(marker=marker(key)),
         is_summary=True,
@@ -312,7 +297,7 @@ def keep_last(
     Leading non-user messages of the kept window are dropped too, so the
     conversation after the system messages starts with a user message (run
     pairing repair afterwards). Dropped messages are archived first as one
-    rendered transcript, and a separate ``user`` message carrying
+    range entry (recalled as their rendered transcript), and a separate ``user`` message carrying
     :data:`DROPPED_BY_RECOVERY_NOTE` is inserted right after the system
     messages (real user text is never edited). With ``per_message_cap`` each
     kept non-system message over the cap is cut to it (head ¾ + tail, original
@@ -347,7 +332,7 @@ def keep_last(
     key: str | None = None
     inserted: list[Message] = []
     if dropped:
-        key = archive.put(render_transcript(dropped))
+        key = archive_range(archive, dropped)
         note = DROPPED_BY_RECOVERY_NOTE.format(marker=marker(key))
         inserted.append(Message.user(note, is_summary=True, summary_of=len(dropped)))
     notice = not kept

@@ -11,7 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from ctxrecover.archive import MemoryArchive, archive_key, extract_keys, marker, recall
+from ctxrecover.archive import (
+    RANGE_HEADER,
+    MemoryArchive,
+    archive_key,
+    archive_range,
+    extract_keys,
+    marker,
+    recall,
+)
 from ctxrecover.compactor import (
     MANUAL_KEEP_RECENT,
     SUMMARY_HEADER,
@@ -22,7 +30,7 @@ from ctxrecover.errors import CompactionCancelled, ConfigError, SummarizerError
 from ctxrecover.events import Event, EventBus, PostCompact, PreCompact, SessionStats, StatusEvent
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.passes.pairing import validate_pairing
-from ctxrecover.passes.truncate import VERBATIM_RESULT_HEADER, leading_system_count
+from ctxrecover.passes.truncate import VERBATIM_RESULT_HEADER, leading_system_count, render_transcript
 from ctxrecover.policy import DEFAULT_POLICY
 from ctxrecover.sizes import format_payload_size, total_weight
 from ctxrecover.summarize import SEGMENT_HEADER, CancelToken, SummaryResult
@@ -275,8 +283,22 @@ def test_summary_applied_replaces_the_segment_and_keeps_recent() -> None:
     assert validate_pairing(out) and starts_with_user(out)
     assert_nothing_lost(history, out, h.store)
     # the archived transcript holds every char of the summarized segment
-    transcript = h.store.get(extract_keys(summary.content)[-1])
-    assert all(m.content in transcript for m in history[1:-8])
+    key = extract_keys(summary.content)[-1]
+    assert (h.store.get(key) or "").startswith(RANGE_HEADER % 16)  # one small index of the 16 messages
+    assert recall(h.store, key).found[key] == render_transcript(history[1:-8])
+
+
+def test_summarizer_input_restores_a_range_behind_a_stub_as_its_transcript() -> None:
+    h = Harness(FakeSummarizer(extractive))
+    older = [Message.user("question " + text(300, "q")), Message.assistant("answer " + text(300, "a"))]
+    range_key = archive_range(h.store, older)
+    stub = Message.user(f"[earlier exchange folded: {marker(range_key)}]")
+    history = [Message.system("sys"), stub, *agent_history(5, size=400)[1:]]
+    h.compactor.compact(history, budget_chars=total_weight(history) // 2, keep_recent=8)
+    assert h.summarizer is not None and h.summarizer.calls == 1
+    segment = h.summarizer.prompts[0].partition(SEGMENT_HEADER)[2]
+    assert f"[user]: {render_transcript(older)}" in segment  # the transcript, not the range index
+    assert RANGE_HEADER % 2 not in segment
 
 
 def test_summary_counts_messages_covered_by_an_earlier_summary() -> None:

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrecover.archive import MemoryArchive, archive_key, extract_keys, recall
+import ctxrecover.archive as archive_module
+from ctxrecover.archive import (
+    RANGE_HEADER,
+    MemoryArchive,
+    archive_key,
+    archive_message,
+    extract_keys,
+    marker,
+    recall,
+)
+from ctxrecover.disk_archive import DiskArchive
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.passes.truncate import (
     cap_assistant_messages,
@@ -207,7 +218,7 @@ def test_emergency_truncate_exact_notice_and_structure() -> None:
     # the last 3 non-system messages start on a tool result: snapped back to its assistant
     assert out[3:] == history[8:]
     assert report.messages_dropped == 6 and report.verbatim_kept == 0
-    assert store.get(key) == render_transcript(history[2:8])
+    assert recall(store, key).found[key] == render_transcript(history[2:8])
     assert_nothing_lost(history, out, store)
 
 
@@ -337,7 +348,7 @@ def test_keep_last_exact_note_and_user_start() -> None:
     # last 4 non-system: user "great, now test", assistant, tool, assistant
     assert out == [history[0], history[1], Message.user(note, is_summary=True, summary_of=5), *history[7:]]
     assert report.messages_dropped == 5 and not report.notice_inserted
-    assert store.get(key) == render_transcript(history[2:7])
+    assert recall(store, key).found[key] == render_transcript(history[2:7])
     assert_nothing_lost(history, out, store)
 
 
@@ -472,3 +483,39 @@ def test_emergency_truncate_property(history: list[Message], keep_recent: int) -
     else:
         assert out is history
     assert_nothing_lost(history, out, store)
+
+
+# -- dropped ranges are composite archive entries -------------------------------------------
+
+
+def test_dropped_ranges_are_range_indexes_recalled_in_full_from_a_disk_archive(tmp_path: Path) -> None:
+    history = agent_history()
+    with DiskArchive(tmp_path / "ccr.sqlite") as disk:
+        truncated, emergency = emergency_truncate(history, 3, archive=disk)
+        kept, recovery = keep_last(history, 4, archive=disk)
+        for key, dropped in ((emergency.archive_key, history[2:8]), (recovery.archive_key, history[2:7])):
+            assert key is not None
+            entry = disk.get(key)
+            assert entry is not None and entry.startswith(RANGE_HEADER % len(dropped))
+            result = recall(disk, marker(key))
+            assert result.found == {key: render_transcript(dropped)} and result.missing == ()
+    assert truncated[2].content.endswith(f"recoverable via @recall {marker(emergency.archive_key)}]")
+    assert recovery.recall_note in kept[2].content
+
+
+def test_truncating_messages_archived_on_entry_hashes_only_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    history = agent_history()
+    store = MemoryArchive()
+    for msg in history:
+        archive_message(store, msg)  # as each message entered the history
+    hashed: list[str] = []
+    real = archive_module.archive_key
+
+    def counted(content: str) -> str:
+        hashed.append(content)
+        return real(content)
+
+    monkeypatch.setattr(archive_module, "archive_key", counted)
+    _, report = emergency_truncate(history, 3, archive=store)
+    assert report.archive_key is not None
+    assert hashed == [store.get(report.archive_key)]  # one small index, not the dropped text
