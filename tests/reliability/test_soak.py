@@ -76,8 +76,9 @@ def soak_scenario(user_turns: int) -> Scenario:
     """The mixed schedule, its windows placed by request number (each request is the next middlebox turn)."""
     requests = int(user_turns * REQUESTS_PER_USER_TURN)
 
-    def window(start: float, end: float) -> dict[str, int]:
-        return {"from_turn": max(1, int(requests * start)), "until_turn": max(1, int(requests * end))}
+    def once(at: float) -> dict[str, int]:
+        turn = max(1, int(requests * at))
+        return {"from_turn": turn, "until_turn": turn}
 
     faults: list[dict[str, object]] = [
         {"kind": "reset-after", "n_bytes": 0, "from_turn": k, "until_turn": k}
@@ -88,10 +89,13 @@ def soak_scenario(user_turns: int) -> Scenario:
         for k in range(CLOSE_FIRST, requests, CLOSE_EVERY)
     ]
     faults += [
-        {"kind": "body-cap", "limit": "16KB", "response": "nginx", **window(0.15, 0.3)},
-        {"kind": "waf-403-html", "page": "akamai", "min_bytes": "10KB", **window(0.35, 0.5)},
-        {"kind": "body-cap", "limit": "7KB", "response": "json-error", **window(0.55, 0.7)},
-        {"kind": "bedrock-html-403", "min_bytes": "4500B", **window(0.75, 1.0)},
+        # One request each (a gateway rule switched on and off again): every payload fault fires
+        # whatever size the session has learned to keep its requests under, and the learned caps
+        # (3/4 of each rejected size, only tightening) stay above the non-compactable floor.
+        {"kind": "body-cap", "limit": "1KB", "response": "nginx", **once(0.15)},
+        {"kind": "waf-403-html", "page": "akamai", **once(0.35)},
+        {"kind": "body-cap", "limit": "1KB", "response": "json-error", **once(0.55)},
+        {"kind": "bedrock-html-403", **once(0.75)},
     ]
     document = {
         "description": f"soak: {user_turns} user turns under resets, 413s, WAF 403s, overflows, truncations",
