@@ -126,7 +126,7 @@ def _p3(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
         Measure("P3.ratio_langchain", label, raw["ratio_langchain"], "< 1", raw["passed"], detail),
         Measure("P3.ratio_no_archive", "P3 the same cut with an archive that stores nothing ÷ LangChain",
                 raw["ratio_no_archive"], "—", None, f"{raw['level3_no_archive_ms']:.1f} ms: the cost of the "
-                "cut alone (renders the dropped range, hashes nothing)"),
+                "cut without storing (member keys are still hashed)"),
         Measure("P3.ratio_compactor", "P3 HistoryCompactor without summarizer (trim + L3) ÷ LangChain",
                 raw["ratio_compactor"], "—", None, f"{raw['compactor_ms']:.1f} ms"),
     ]
