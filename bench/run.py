@@ -70,7 +70,7 @@ class Measure:
     @property
     def status(self) -> str:
         if self.value is None:
-            return self.detail
+            return "skipped"
         return {True: "met", False: "missed", None: "reported"}[self.passed]
 
 
