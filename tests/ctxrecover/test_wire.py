@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrecover import wire
+from ctxrecover import wire, wire_size
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.wire import (
@@ -384,8 +384,8 @@ def test_each_message_is_serialised_once_per_format(fmt: WireFormat, monkeypatch
     request_size(history, fmt, model="m")
     assert all(f"wire:{fmt}" in m._cache for m in history)
     measured: list[Message] = []
-    real_measure = wire._measure
-    monkeypatch.setattr(wire, "_measure", lambda msg, f: measured.append(msg) or real_measure(msg, f))
+    real_measure = wire_size._measure
+    monkeypatch.setattr(wire_size, "_measure", lambda msg, f: measured.append(msg) or real_measure(msg, f))
     tracker = WireSizeTracker(fmt, model="m")
     tracker.reset(history)
     fresh = Message.user("new")
@@ -517,8 +517,10 @@ def test_encode_request_encodes_only_messages_it_has_not_sent(
     encode_request(history, fmt, model="m")
     assert all(f"wire-bytes:{fmt}" in m._cache for m in history)
     rendered: list[Message] = []
-    real_render = wire._render_fragments
-    monkeypatch.setattr(wire, "_render_fragments", lambda msg, f: rendered.append(msg) or real_render(msg, f))
+    real_render = wire_size._render_fragments
+    monkeypatch.setattr(
+        wire_size, "_render_fragments", lambda msg, f: rendered.append(msg) or real_render(msg, f)
+    )
     fresh = Message.user("new")
     assert encode_request([*history, fresh], fmt, model="m") == _encoded([*history, fresh], fmt, model="m")
     assert rendered == [fresh]
