@@ -6,11 +6,19 @@ The public API in one namespace. See :class:`Session` for the turn loop,
 
 from __future__ import annotations
 
-from ctxrecover.archive import Archive, MemoryArchive, RecallResult, extract_keys, marker, recall
+from ctxrecover.archive import (
+    Archive,
+    DiskArchive,
+    MemoryArchive,
+    RecallResult,
+    RecallTool,
+    extract_keys,
+    marker,
+    recall,
+)
 from ctxrecover.catalog import context_window, max_output_tokens
 from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.compactor import CompactionReport, HistoryCompactor
-from ctxrecover.disk_archive import DiskArchive
 from ctxrecover.errors import (
     ArchiveCorruptError,
     ArchiveError,
@@ -23,7 +31,6 @@ from ctxrecover.errors import (
     SummarizerError,
     UnrecoverableFailure,
 )
-from ctxrecover.escalation import OutputEscalation
 from ctxrecover.events import (
     EventBus,
     Notice,
@@ -36,8 +43,7 @@ from ctxrecover.events import (
 from ctxrecover.loops import Panel, oneshot
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.policy import CHAT_POLICY, DEFAULT_POLICY, ConfigWarning, Policy
-from ctxrecover.recall_tool import RecallTool
-from ctxrecover.recovery import Level1, Level2, Level3, PayloadCapState, RecoveryLadder
+from ctxrecover.recovery import Level1, Level2, Level3, OutputEscalation, PayloadCapState, RecoveryLadder
 from ctxrecover.senders import (
     AnthropicSDKSender,
     ChatRequest,

@@ -34,9 +34,7 @@ from ctxrecover import catalog
 from ctxrecover.archive import Archive, MemoryArchive
 from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.compactor import CompactionReport, HistoryCompactor
-from ctxrecover.context_editing import context_management_request, mirror_applied_edits
 from ctxrecover.errors import RecoveryExhausted, UnrecoverableFailure
-from ctxrecover.escalation import OutputEscalation
 from ctxrecover.events import Event, EventBus, SessionStats
 from ctxrecover.messages import Message
 from ctxrecover.passes.dedup_reads import dedup_repeated_reads
@@ -54,6 +52,7 @@ from ctxrecover.recovery import (
     recover,
     repair_malformed,
 )
+from ctxrecover.recovery.escalation import OutputEscalation
 from ctxrecover.senders import ChatRequest, ChatResponse, Sender
 from ctxrecover.sizes import char_budget, total_weight
 from ctxrecover.summarize import (
@@ -63,6 +62,7 @@ from ctxrecover.summarize import (
     HttpSummarizer,
     Summarizer,
 )
+from ctxrecover.summarize.context_editing import context_management_request, mirror_applied_edits
 from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, request_size
 
 __all__ = ["Mode", "Session", "resolve_summarizer"]

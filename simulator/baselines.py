@@ -718,8 +718,8 @@ BASELINES: Mapping[str, Strategy] = MappingProxyType(
                 "The default policy, but the payload cap is inferred by bisection between the largest "
                 "accepted and the smallest rejected request size (BisectionCapState) instead of ¾ of the "
                 "rejected size. Lossless like the default.",
-                "this repository: an alternative to PayloadCapState.learn (ctxrecover/recovery.py, SPEC §6 "
-                "step 1)",
+                "this repository: an alternative to PayloadCapState.learn "
+                "(ctxrecover/recovery/cap_state.py, SPEC §6 step 1)",
                 (),
                 _cap_bisection,
             ),

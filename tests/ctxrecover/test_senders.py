@@ -15,7 +15,6 @@ import pytest
 
 from ctxrecover import senders
 from ctxrecover.classify import FailureKind, classify
-from ctxrecover.context_editing import context_management_request
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.senders import (
     AnthropicSDKSender,
@@ -26,6 +25,7 @@ from ctxrecover.senders import (
     Sender,
     SendFailed,
 )
+from ctxrecover.summarize.context_editing import context_management_request
 from ctxrecover.wire import Usage, WireFormat, encode_body, render_request
 
 BASE_URL = "http://provider.test/api"

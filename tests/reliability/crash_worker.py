@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from ctxrecover.disk_archive import DiskArchive
+from ctxrecover.archive.disk import DiskArchive
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import Policy
 from ctxrecover.senders import HttpxSender

@@ -1,7 +1,7 @@
 """Crash safety of the durable archive: SIGKILL at random points, restart, nothing lost.
 
 A worker process (crash_worker.py) runs a session whose CCR archive is a
-:class:`~ctxrecover.disk_archive.DiskArchive` on an SQLite file and persists the
+:class:`~ctxrecover.archive.disk.DiskArchive` on an SQLite file and persists the
 session state after every turn. It is killed with SIGKILL again and again —
 right after an archive put returned (archived, not yet cut), right before one,
 or after a random delay (anywhere: mid-transaction, mid-write of the state) —
@@ -33,7 +33,7 @@ from types import ModuleType
 import pytest
 
 from ctxrecover.archive import MemoryArchive, archive_key, extract_keys, has_marker
-from ctxrecover.disk_archive import DiskArchive
+from ctxrecover.archive.disk import DiskArchive
 from ctxrecover.messages import Message
 from simulator.metrics import chars_lost
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ctxrecover.archive as archive_module
+import ctxrecover.archive.ranges as ranges_module
+import ctxrecover.archive.store as store_module
 from ctxrecover.archive import (
     RANGE_HEADER,
     MemoryArchive,
@@ -19,7 +20,7 @@ from ctxrecover.archive import (
     marker,
     recall,
 )
-from ctxrecover.disk_archive import DiskArchive
+from ctxrecover.archive.disk import DiskArchive
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.passes.truncate import (
     cap_assistant_messages,
@@ -509,13 +510,14 @@ def test_truncating_messages_archived_on_entry_hashes_only_the_index(monkeypatch
     for msg in history:
         archive_message(store, msg)  # as each message entered the history
     hashed: list[str] = []
-    real = archive_module.archive_key
+    real = ranges_module.archive_key
 
     def counted(content: str) -> str:
         hashed.append(content)
         return real(content)
 
-    monkeypatch.setattr(archive_module, "archive_key", counted)
+    for module in (ranges_module, store_module):  # range members, and the index a store puts
+        monkeypatch.setattr(module, "archive_key", counted)
     _, report = emergency_truncate(history, 3, archive=store)
     assert report.archive_key is not None
     assert hashed == [store.get(report.archive_key)]  # one small index, not the dropped text

@@ -1,0 +1,43 @@
+"""The CCR archive: stores that keep what compaction cuts, composite ranges, recall and the recall tool."""
+
+from ctxrecover.archive.disk import DiskArchive
+from ctxrecover.archive.keys import KEY_LENGTH, MARKER_RE, archive_key, extract_keys, has_marker, marker
+from ctxrecover.archive.lookup import RECALL_JSON_FIELDS, RecallResult, parse_recall_keys, recall
+from ctxrecover.archive.ranges import (
+    RANGE_HEADER,
+    UNKNOWN_KEY_TEXT,
+    archive_message,
+    archive_range,
+    expand_entry,
+    read_original,
+    render_transcript,
+)
+from ctxrecover.archive.recall_tool import RECALL_TOOL_NAME, RecallTool, ToolDefinition
+from ctxrecover.archive.store import Archive, MemoryArchive, put_entries
+
+__all__ = [
+    "Archive",
+    "DiskArchive",
+    "KEY_LENGTH",
+    "MARKER_RE",
+    "MemoryArchive",
+    "RANGE_HEADER",
+    "RECALL_JSON_FIELDS",
+    "RECALL_TOOL_NAME",
+    "RecallResult",
+    "RecallTool",
+    "ToolDefinition",
+    "UNKNOWN_KEY_TEXT",
+    "archive_key",
+    "archive_message",
+    "archive_range",
+    "expand_entry",
+    "extract_keys",
+    "has_marker",
+    "marker",
+    "parse_recall_keys",
+    "put_entries",
+    "read_original",
+    "recall",
+    "render_transcript",
+]

@@ -1,0 +1,160 @@
+"""Composite entries: a dropped range of messages archived as one small index (SPEC §4, §6 step 5).
+
+Each member (a message's content, each tool call's arguments) is stored on its
+own; the index names them with ``[role]: <<ccr:KEY>>`` lines, and recall
+expands it back into the full transcript (:func:`render_transcript`). A
+message's keys are hashed once and memoized on the immutable message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from itertools import chain
+from operator import itemgetter
+from typing import TYPE_CHECKING
+
+from ctxrecover.archive.keys import MARKER_RE, archive_key
+from ctxrecover.archive.store import Archive, put_entries
+
+if TYPE_CHECKING:
+    from ctxrecover.messages import Message
+
+__all__ = [
+    "RANGE_HEADER",
+    "UNKNOWN_KEY_TEXT",
+    "archive_message",
+    "archive_range",
+    "expand_entry",
+    "read_original",
+    "render_transcript",
+]
+
+UNKNOWN_KEY_TEXT = "[ccr:{key} — unknown or evicted: nothing is archived under this key]"
+RANGE_HEADER = "[ccr range of %d messages]\n"
+# A range index: the header, then per message ``[role]: <<ccr:KEY>>`` (its content),
+# ``\n[tool_call ID NAME: <<ccr:KEY>>]`` (its arguments), ``\n[image: LABEL]``, ``\n\n``:
+# render_transcript's layout with every text replaced by its marker.
+_RANGE_PREFIX = RANGE_HEADER.split("%", 1)[0]
+_RANGE_RE = re.compile(
+    r"\[ccr range of (\d+) messages\]\n"
+    r"((?:\[(?:system|user|assistant|tool)\]: <<ccr:[0-9a-f]{16}>>"
+    r"(?:\n\[tool_call [^\n]*: <<ccr:[0-9a-f]{16}>>\])*"
+    r"(?:\n\[image: [^\n]*\])*\n\n)*)"
+)
+_RANGE_ENTRY_CACHE = "archive:range"  # msg._cache entry: (its index block | None, its members)
+
+
+def render_transcript(messages: Sequence[Message]) -> str:
+    """Render messages for verbatim archival: ``[role]: content`` lines, tool calls listed.
+
+    Every char of each message's content and tool-call arguments appears in the
+    result, so a rendered range is a lossless record of the dropped text (it is
+    what :func:`recall` gives back for an :func:`archive_range` entry). Images are
+    listed by type (their pixels are not text).
+    """
+    parts: list[str] = []
+    for msg in messages:
+        # pieces, not per-message f-strings: each content is copied once, by the final join
+        parts += ("[", msg.role, "]: ", msg.content)
+        parts += (f"\n[tool_call {call.id} {call.name}: {call.arguments}]" for call in msg.tool_calls)
+        parts += (f"\n[image: {image.url or image.media_type}]" for image in msg.images)
+        parts.append("\n\n")
+    return "".join(parts)
+
+
+def _range_entry(msg: Message) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """``msg``'s block of a range index and its members ``(key, text)``, hashed once per message.
+
+    The block is ``None`` when a tool-call id, name or image label holds a line
+    break or a marker (the index could not be read back unambiguously).
+    """
+    entry: tuple[str | None, tuple[tuple[str, str], ...]] | None = msg._cache.get(_RANGE_ENTRY_CACHE)
+    if entry is not None:
+        return entry
+    key = archive_key(msg.content)
+    members = [(key, msg.content)]
+    pieces = ["[", msg.role, "]: <<ccr:", key, ">>"]
+    labels: list[str] = []
+    for call in msg.tool_calls:
+        call_key = archive_key(call.arguments)
+        members.append((call_key, call.arguments))
+        pieces += ("\n[tool_call ", call.id, " ", call.name, ": <<ccr:", call_key, ">>]")
+        labels += (call.id, call.name)
+    for image in msg.images:
+        label = image.url or image.media_type
+        pieces += ("\n[image: ", label, "]")
+        labels.append(label)
+    pieces.append("\n\n")
+    ambiguous = any("\n" in label or "<<ccr:" in label for label in labels)
+    entry = (None if ambiguous else "".join(pieces), tuple(members))
+    msg._cache[_RANGE_ENTRY_CACHE] = entry
+    return entry
+
+
+def archive_message(store: Archive, msg: Message) -> str:
+    """Archive ``msg``'s content and return its key; the content is hashed once per message object.
+
+    For cut sites that keep a whole message's original (and for archiving a
+    message when it enters the history). Content carrying markers is stored too,
+    like :meth:`Archive.put`.
+    """
+    key, content = _range_entry(msg)[1][0]
+    put_entries(store, ((key, content),))
+    return key
+
+
+def archive_range(store: Archive, messages: Sequence[Message]) -> str:
+    """Archive a dropped range as one composite entry and return its key.
+
+    Each member (every message's content and tool-call arguments) is stored
+    first, then the index naming them (:data:`RANGE_HEADER` + one block per
+    message), so with a durable store an index is never written before its
+    members. The key is the sha256 of the small index; :func:`recall` expands it
+    to :func:`render_transcript` of ``messages``. A message whose tool-call id,
+    name or image label could be mistaken for index syntax makes the range a
+    plain rendered transcript instead.
+    """
+    entries = [msg._cache.get(_RANGE_ENTRY_CACHE) or _range_entry(msg) for msg in messages]
+    blocks = list(map(itemgetter(0), entries))
+    if None in blocks:
+        return store.put(render_transcript(messages))
+    put_entries(store, list(chain.from_iterable(map(itemgetter(1), entries))))
+    return store.put(RANGE_HEADER % len(messages) + "".join(blocks))
+
+
+def expand_entry(store: Archive, entry: str, missing: dict[str, None]) -> str:
+    """``entry`` itself, or, for a range index, the transcript of its members (one level deep).
+
+    Members are given back as stored: markers inside them (a summary's, an
+    earlier truncation's) stay markers, recalled in turn. Unknown members are
+    named in place and added to ``missing``.
+    """
+    if not entry.startswith(_RANGE_PREFIX):
+        return entry
+    index = _RANGE_RE.fullmatch(entry)
+    if index is None or int(index[1]) != index[2].count("\n\n"):
+        return entry
+    fetched: dict[str, str] = {}
+
+    def member(found: re.Match[str]) -> str:
+        key = found[1]
+        if key not in fetched:
+            content = store.get(key)
+            if content is None:
+                missing[key] = None
+                content = UNKNOWN_KEY_TEXT.format(key=key)
+            fetched[key] = content
+        return fetched[key]
+
+    return MARKER_RE.sub(member, index[2])
+
+
+def read_original(store: Archive, key: str) -> str | None:
+    """The original archived under ``key`` (a range entry expanded, as :func:`recall` gives it), or ``None``.
+
+    For code that restores an archived original itself (e.g. the summarizer's
+    input); unknown members of a range are named in place.
+    """
+    content = store.get(key)
+    return None if content is None else expand_entry(store, content, {})

@@ -1,0 +1,5 @@
+"""Failure classification: gather an exchange's evidence once, then decide its kind from tables of data."""
+
+from ctxrecover.classify.decide import Failure, FailureKind, classify
+
+__all__ = ["Failure", "FailureKind", "classify"]
