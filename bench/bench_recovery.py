@@ -8,7 +8,7 @@ summarizing condenser: the whole history but the last two messages becomes one L
 summary, nothing archived).
 
 - **P5** — rejected requests per proxy-failure episode (an episode is a run of
-  rejected attempts of one turn, :func:`simulator.metrics.episodes`; proxy failures
+  rejected attempts of one turn, :func:`simulator.research.metrics.episodes`; proxy failures
   are ``payload_too_large``, ``waf_rejection`` and ``suspected_payload``), for the ¾
   rule and bisection side by side. The headline counts body-size failures; a 431
   (the *headers* are too large, which no history compaction can fix, so every
@@ -28,11 +28,11 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from simulator.baselines import BASELINES
-from simulator.metrics import episodes
-from simulator.middlebox import HeaderCap
+from simulator.proxy.faults import HeaderCap
+from simulator.proxy.scenario import list_scenarios, load_scenario
 from simulator.replay import ReplayResult, replay
-from simulator.schedule import list_scenarios, load_scenario
+from simulator.research.baselines import BASELINES
+from simulator.research.metrics import episodes
 
 PROXY_FAILURES = frozenset({"payload_too_large", "waf_rejection", "suspected_payload"})
 POLICIES = {  # key → baseline name (None: the default policy)

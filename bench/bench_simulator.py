@@ -14,7 +14,7 @@ no fault) and, in one run (medians, each contender timed alternately):
   sender skips. Target ≤ 1.5.
 - **loopback vs in-process**: the same replays over a real TCP server on 127.0.0.1
   (asyncio + h11) ÷ in process. Target ≤ 3.
-- **sweep speed-up**: :func:`simulator.sweep.sweep` of the bundled scenario matrix
+- **sweep speed-up**: :func:`simulator.research.sweep.sweep` of the bundled scenario matrix
   (every scenario × its workload × the default and ``cap-bisection`` policies × 2
   seeds) on 1 worker ÷ on 2 worker processes (no cache), the fastest of 2 alternated
   runs each. Target ≥ 1.7; it needs two idle cores, so the load average is recorded.
@@ -40,10 +40,11 @@ from ctxrecover.senders import ChatRequest, ChatResponse
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
 from ctxrecover.wire import Usage, WireFormat, encode_body, render_request, request_size
-from simulator.replay import load_named_transcript, replay, shape_transcript, split_turns
-from simulator.schedule import Scenario, list_scenarios, scenario_from_document
+from simulator.proxy.scenario import Scenario, list_scenarios, scenario_from_document
+from simulator.replay import replay
 from simulator.summarizers import make_summarizer
-from simulator.transcripts import Transcript
+from simulator.transcripts.loaders import Transcript
+from simulator.workloads import load_named_transcript, shape_transcript, split_turns
 
 TRANSCRIPTS = ("coding-120k", "chat-long-answers-600k", "small-tools-1m")
 QUICK_TRANSCRIPTS = ("chat-long-answers-600k",)
@@ -57,7 +58,7 @@ TARGET_REPLAY_OVERHEAD = 1.5
 TARGET_LOOPBACK = 3.0
 TARGET_SWEEP_SPEEDUP = 1.7
 CONTENDERS = ("library", "library_render", "inprocess", "loopback")
-CHARS_PER_TOKEN = 4  # the mock provider's estimate (simulator.providers.estimate_tokens)
+CHARS_PER_TOKEN = 4  # the mock provider's estimate (simulator.providers.mock.estimate_tokens)
 CLEAN_SCENARIO: dict[str, Any] = {
     "description": "No fault: an OpenAI chat provider answering every recorded reply (P4 benchmark).",
     "provider": {"format": "openai-chat", "model": "gpt-4o"},
@@ -178,7 +179,7 @@ def measure_sweep(
     The highest load average seen before a sweep is recorded: other processes on the
     machine take cores away from the workers and the speed-up with them.
     """
-    from simulator.sweep import sweep
+    from simulator.research.sweep import sweep
 
     times: dict[int, list[float]] = {1: [], workers: []}
     load: dict[int, float] = {1: 0.0, workers: 0.0}

@@ -414,7 +414,7 @@ class HistoryCompactor:
     ) -> list[Message]:
         """The compaction strategy: trim → summary → emergency truncation → shrink (SPEC §5).
 
-        The extension point for other strategies (see ``simulator.baselines``): a
+        The extension point for other strategies (see ``simulator.research.baselines``): a
         subclass overrides it and keeps :meth:`compact`'s bookkeeping — status
         events, hooks, undo, memory flush, counters. Set ``run.level`` to the
         level reached and archive through ``run.archive``.

@@ -339,7 +339,7 @@ except ImportError:  # pragma: no cover - httpx2 comes with the openai/anthropic
 requires_httpx2_mock = pytest.mark.skipif(
     httpx2 is None or not hasattr(httpx2, "MockTransport"),
     reason="httpx2 without MockTransport: the SDK senders are covered by the loopback tests in "
-    "tests/simulator/test_transport.py",
+    "tests/simulator/proxy/test_transport.py",
 )
 
 OPENAI_COMPLETION = {

@@ -30,9 +30,10 @@ with atheris.instrument_imports():
     from ctxrecover.archive import MemoryArchive, parse_recall_keys, recall
     from ctxrecover.classify import Failure, classify
     from ctxrecover.sizes import parse_payload_size
-    from simulator.middlebox import FAULT_KINDS
-    from simulator.schedule import ScenarioError, load_scenario, parse_fault_spec, scenario_from_document
-    from simulator.transcripts import FORMATS, TranscriptError, load_runs
+    from simulator.proxy.fault_specs import parse_fault_spec
+    from simulator.proxy.faults import FAULT_KINDS
+    from simulator.proxy.scenario import ScenarioError, load_scenario, scenario_from_document
+    from simulator.transcripts.loaders import FORMATS, TranscriptError, load_runs
 
 WORK_DIR = Path(tempfile.mkdtemp(prefix="ctxrecover-atheris-"))
 KEY_LENGTH = 16

@@ -32,8 +32,9 @@ from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import Policy
 from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
-from simulator.middlebox import BodyCap, Middlebox
-from simulator.providers import MockProvider, ParsedRequest, Reply
+from simulator.providers.mock import MockProvider, ParsedRequest, Reply
+from simulator.proxy.faults import BodyCap
+from simulator.proxy.middlebox import Middlebox
 
 SEED = 20240611
 ARCHIVE_FILE = "archive.sqlite"

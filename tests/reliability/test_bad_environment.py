@@ -22,9 +22,10 @@ from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import DEFAULT_POLICY, ENV_VARIABLES, ConfigWarning, Policy
 from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
-from simulator.metrics import chars_lost
-from simulator.middlebox import BodyCap, Middlebox
-from simulator.providers import MockProvider
+from simulator.providers.mock import MockProvider
+from simulator.proxy.faults import BodyCap
+from simulator.proxy.middlebox import Middlebox
+from simulator.research.retention import chars_lost
 
 # One garbage value per variable, each a different way of being wrong.
 GARBAGE: dict[str, str] = {

@@ -35,7 +35,7 @@ import pytest
 from ctxrecover.archive import MemoryArchive, archive_key, extract_keys, has_marker
 from ctxrecover.archive.disk import DiskArchive
 from ctxrecover.messages import Message
-from simulator.metrics import chars_lost
+from simulator.research.retention import chars_lost
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]

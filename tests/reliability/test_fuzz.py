@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 from ctxrecover.archive import MemoryArchive, RecallResult, marker, parse_recall_keys, recall
 from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.sizes import parse_payload_size
-from simulator.middlebox import FAULT_KINDS, Fault
-from simulator.schedule import (
+from simulator.proxy.fault_specs import parse_fault_spec
+from simulator.proxy.faults import FAULT_KINDS, Fault
+from simulator.proxy.scenario import (
     EXPECT_KEYS,
     PROVIDER_KEYS,
     SUMMARIZER_KEYS,
@@ -35,10 +36,9 @@ from simulator.schedule import (
     Scenario,
     ScenarioError,
     load_scenario,
-    parse_fault_spec,
     scenario_from_document,
 )
-from simulator.transcripts import FORMATS, Transcript, TranscriptError, load_runs
+from simulator.transcripts.loaders import FORMATS, Transcript, TranscriptError, load_runs
 
 KEY_RE = re.compile(r"[0-9a-f]{16}")
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,6 +1,6 @@
 """Soak: a long synthetic agent session under a mixed fault schedule stays bounded and loses nothing.
 
-A seeded session (simulator.generate, small messages) is driven turn by turn
+A seeded session (simulator.transcripts.generator, small messages) is driven turn by turn
 through a real :class:`~ctxrecover.session.Session` + :class:`~ctxrecover.senders.HttpxSender`
 over ``httpx.MockTransport`` into the scenario's middlebox and mock provider. The
 schedule mixes every fault a long run meets: connection resets and closes
@@ -13,7 +13,7 @@ Checked every turn: after compaction the history weighs at most the char budget
 in force, or sits at the compaction floor (nothing left that Level 3 may shrink),
 and holds a bounded number of messages. At checkpoints: the archive grows at most
 linearly with what was cut from the history. At the end: 0 chars lost
-(:func:`simulator.metrics.chars_lost`), every fault kind occurred, and the memory
+(:func:`simulator.research.metrics.chars_lost`), every fault kind occurred, and the memory
 allocated in the traced stretch and still held is proportional to what was fed
 and archived (nothing else accumulates). The measurements (history and archive
 size over time, tracemalloc peak) are printed and attached to the test report as
@@ -39,12 +39,12 @@ from ctxrecover.messages import Message
 from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
-from simulator.generate import generate_session
-from simulator.metrics import chars_lost
-from simulator.providers import ParsedRequest, Reply
-from simulator.replay import split_turns
-from simulator.schedule import Scenario, scenario_from_document
+from simulator.providers.mock import ParsedRequest, Reply
+from simulator.proxy.scenario import Scenario, scenario_from_document
+from simulator.research.retention import chars_lost
 from simulator.summarizers import make_summarizer
+from simulator.transcripts.generator import generate_session
+from simulator.workloads import split_turns
 
 SEED = 11
 SMALL_SESSION = {  # small messages, so 2 000 user turns replay in seconds

@@ -1,8 +1,8 @@
 """32 sessions at once through ONE loopback middlebox over real TCP: no cross-talk.
 
-A :class:`~simulator.transport.LoopbackServer` (asyncio + h11 on 127.0.0.1) hosts
-one :class:`~simulator.middlebox.Middlebox` — an nginx-style 413 for bodies over
-64 KB — in front of one :class:`~simulator.providers.MockProvider`. Thirty-two
+A :class:`~simulator.proxy.loopback.LoopbackServer` (asyncio + h11 on 127.0.0.1) hosts
+one :class:`~simulator.proxy.middlebox.Middlebox` — an nginx-style 413 for bodies over
+64 KB — in front of one :class:`~simulator.providers.mock.MockProvider`. Thirty-two
 sessions, each in its own thread with its own HTTP connection, start at the same
 moment with histories of different sizes, so each is rejected at a different
 size. Each must learn ¾ of ITS OWN smallest rejected request (SPEC §6: the cap is
@@ -25,10 +25,11 @@ from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
-from simulator.metrics import chars_lost
-from simulator.middlebox import BodyCap, Middlebox
-from simulator.providers import MockProvider
-from simulator.transport import LoopbackServer
+from simulator.providers.mock import MockProvider
+from simulator.proxy.faults import BodyCap
+from simulator.proxy.loopback import LoopbackServer
+from simulator.proxy.middlebox import Middlebox
+from simulator.research.retention import chars_lost
 
 SESSIONS = 32
 LIMIT = 64 * 1024

@@ -10,25 +10,22 @@ import pytest
 from ctxrecover.events import Notice, PreCompact
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.sizes import total_weight
-from simulator.cli_output import write_attempts_csv
-from simulator.metrics import RUN_COLUMNS, AttemptRecord
-from simulator.replay import (
+from simulator.proxy.scenario import Expectation, Scenario, Workload, load_scenario
+from simulator.recorder import ReplayEvent, proxy_cap
+from simulator.replay import ReplayResult, expectation_problems, replay
+from simulator.research.metrics import RUN_COLUMNS, AttemptRecord
+from simulator.research.run_files import write_attempts_csv
+from simulator.transcripts.loaders import Fact, transcript_from_messages
+from simulator.workloads import (
     FALLBACK_TRANSCRIPT,
     GENERATED_TRANSCRIPT,
     ReplayError,
-    ReplayEvent,
-    ReplayResult,
-    expectation_problems,
     find_transcript,
     load_named_transcript,
-    proxy_cap,
-    replay,
     shape_transcript,
     split_turns,
     workload_transcript,
 )
-from simulator.schedule import Expectation, Scenario, Workload, load_scenario
-from simulator.transcripts import Fact, transcript_from_messages
 
 KB = 1024
 Waf = tuple[ReplayResult, list[ReplayEvent]]

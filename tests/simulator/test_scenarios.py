@@ -18,10 +18,10 @@ import pytest
 
 from ctxrecover.events import PreCompact, StatusEvent
 from ctxrecover.policy import DEFAULT_POLICY
-from simulator.generate import generate_session
+from simulator.proxy.scenario import list_scenarios, load_scenario
 from simulator.replay import ReplayResult, expectation_problems, replay
-from simulator.schedule import list_scenarios, load_scenario
-from simulator.transcripts import Transcript, load_transcript
+from simulator.transcripts.generator import generate_session
+from simulator.transcripts.loaders import Transcript, load_transcript
 
 SHARED_TRANSCRIPTS = Path(__file__).parents[2] / "../shared/transcripts"
 WIDE_WINDOW = 1_000_000

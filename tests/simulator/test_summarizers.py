@@ -41,7 +41,7 @@ from simulator.summarizers import (
     extractive_summary,
     make_summarizer,
 )
-from simulator.transcripts import load_transcript
+from simulator.transcripts.loaders import load_transcript
 
 TRANSCRIPTS = Path(__file__).parents[2] / "../shared/transcripts"
 WINDOW_TOKENS = 128_000

@@ -1,0 +1,193 @@
+"""What the ``ctxsim`` subcommands share: exit codes, parser, argument types, policies, run folders."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import NoReturn
+
+from ctxrecover.errors import ConfigError
+from ctxrecover.policy import CHAT_POLICY, DEFAULT_POLICY, Policy
+from ctxrecover.sizes import parse_payload_size
+from simulator.replay import TRANSPORTS
+from simulator.transcripts.loaders import Transcript
+from simulator.workloads import FIXTURE_TRANSCRIPTS_DIR, load_named_transcript
+
+__all__ = ["POLICY_PRESETS", "CliError", "Parser", "policy_from_spec"]
+
+PROG = "ctxsim"
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+RUNS_DIR = Path("runs")
+RUN_DIR_FORMAT = "%Y%m%d-%H%M%S"
+WORKLOAD = "workload"  # --transcripts value: each scenario's own [workload] transcript
+ALL = "all"
+
+POLICY_PRESETS: MappingProxyType[str, Policy] = MappingProxyType(
+    {"default": DEFAULT_POLICY, "chat": CHAT_POLICY}
+)
+POLICY_SIZE_FIELDS = frozenset({"assumed_payload_cap", "payload_cap", "uncapped_warning_bytes"})
+NONE_WORDS = frozenset({"none", "null"})
+BOOL_WORDS: MappingProxyType[str, bool] = MappingProxyType({"true": True, "false": False})
+
+
+class CliError(ValueError):
+    """Bad command-line input; the message names the option or file."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def positive_int_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def seed_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def seconds_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def split_names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def coerce_policy_value(name: str, raw: str, annotation: str, option: str = "--policy") -> object:
+    text = raw.strip()
+    if text.lower() in NONE_WORDS and "None" in annotation:
+        return None
+    base = annotation.replace(" | None", "")
+    try:
+        if name in POLICY_SIZE_FIELDS and not text.isdigit():
+            size = parse_payload_size(text)
+            if size <= 0:
+                raise ValueError(text)
+            return size
+        if base == "int":
+            return int(text)
+        if base == "float":
+            return float(text)
+        if base == "bool":
+            return BOOL_WORDS[text.lower()]
+    except (KeyError, ValueError):
+        kind = {"int": "an integer", "float": "a number", "bool": "true or false"}.get(base, base)
+        hint = ' or a size such as "5MB"' if name in POLICY_SIZE_FIELDS else ""
+        raise ConfigError(f"{option} field {name}: expected {kind}{hint}, got {raw!r}") from None
+    return text
+
+
+def policy_from_spec(spec: str) -> tuple[Policy, str]:
+    """A policy and its name from ``default``, ``chat``, a JSON file or ``key=value,...``.
+
+    A JSON file holds an object of Policy field overrides (``"base": "chat"`` picks
+    the preset they apply to); ``key=value`` pairs override the default policy.
+    Raises :class:`~ctxrecover.errors.ConfigError` naming the file or field.
+
+    >>> policy_from_spec("keep_recent=4,payload_cap=512KB")[0].payload_cap
+    524288
+    """
+    spec = spec.strip()
+    if spec in POLICY_PRESETS:
+        return POLICY_PRESETS[spec], spec
+    fields = {f.name: str(f.type) for f in dataclasses.fields(Policy) if f.name != "env_problems"}
+    if "=" in spec:
+        overrides: dict[str, object] = {}
+        for pair in filter(None, (p.strip() for p in spec.split(","))):
+            key, sep, value = (s.strip() for s in pair.partition("="))
+            if not sep or key not in fields:
+                raise ConfigError(
+                    f"--policy {pair!r}: expected key=value with a Policy field as key "
+                    "(e.g. keep_recent=4,payload_cap=512KB)"
+                )
+            overrides[key] = coerce_policy_value(key, value, fields[key])
+        return DEFAULT_POLICY.replace(**overrides), spec
+    path = Path(spec)
+    if path.suffix != ".json" and not path.is_file():
+        raise ConfigError(
+            f"unknown --policy {spec!r}: use {', '.join(POLICY_PRESETS)}, a .json file of Policy fields, "
+            "or key=value,... overrides"
+        )
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read policy file: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: a policy file must hold a JSON object of Policy fields")
+    base = document.pop("base", "default")
+    if base not in POLICY_PRESETS:
+        raise ConfigError(f"{path}: base must be one of {', '.join(POLICY_PRESETS)}, got {base!r}")
+    unknown = sorted(set(document) - set(fields))
+    if unknown:
+        raise ConfigError(f"{path}: unknown Policy field {unknown[0]!r}")
+    try:
+        return POLICY_PRESETS[base].replace(**document), path.stem
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def run_dir(out: Path | None) -> Path:
+    if out is not None:
+        return out
+    stamp = datetime.now(UTC).strftime(RUN_DIR_FORMAT)
+    candidate, suffix = RUNS_DIR / stamp, 1
+    while candidate.exists():
+        suffix += 1
+        candidate = RUNS_DIR / f"{stamp}-{suffix}"
+    return candidate
+
+
+def fixture_names() -> list[str]:
+    """Every bundled fixture transcript, smallest first."""
+    fixtures = sorted(FIXTURE_TRANSCRIPTS_DIR.glob("*.jsonl"), key=lambda p: p.stat().st_size)
+    return [p.stem for p in fixtures]
+
+
+def transcripts_option(spec: str) -> list[Transcript | None]:
+    names = split_names(spec)
+    if names == [WORKLOAD]:
+        return [None]
+    if names == [ALL]:
+        names = fixture_names()
+    if not names:
+        raise CliError(f"--transcripts is empty; give names or paths, {WORKLOAD!r} or {ALL!r}")
+    return [load_named_transcript(name) for name in names]
+
+
+def add_replay_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", default="default",
+                        help="default (the default), chat, a .json file of Policy fields, or key=value,...")
+    parser.add_argument("--seed", type=seed_arg, default=None,
+                        help="seed of the middlebox and the mock provider (default: the scenario's seed)")
+    parser.add_argument("--transport", choices=TRANSPORTS, default="inprocess",
+                        help="inprocess (httpx.MockTransport) or loopback (real TCP on 127.0.0.1)")

@@ -1,0 +1,298 @@
+"""The replay's recorder: one :class:`~simulator.research.metrics.AttemptRecord` per request attempt.
+
+Conventions (see :data:`simulator.research.metrics.OUTCOMES`):
+
+- notices go to the attempt that caused them: those before a turn's first send
+  (pre-flight, planned compaction) to that send, those a rejection triggers
+  (failure notice, learned cap, floor warning) to the rejected attempt; the
+  ``✖`` text of a floor fail-fast — carried by the exception, not an event — is
+  added to the ``fail_fast_floor`` record;
+- compaction level, summarizer and archive deltas belong to the attempt they
+  preceded;
+- ``chars_lost`` is probed before every attempt that follows a compaction, and
+  at the end of the replay (the final value lands on the last record);
+- ``identical_retry`` compares the sha256 of the body with the last rejected body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from ctxrecover.archive import MemoryArchive
+from ctxrecover.classify import classify
+from ctxrecover.errors import PayloadFloorError, RecoveryError
+from ctxrecover.events import Event, Notice, PostCompact, PreCompact, SessionStats, StatusEvent
+from ctxrecover.messages import Message
+from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
+from ctxrecover.session import Session
+from ctxrecover.sizes import total_weight
+from simulator.providers.mock import MockProvider
+from simulator.proxy.faults import BodyCap, HeaderCap, RateLimit429, ResetAfter
+from simulator.proxy.scenario import Scenario
+from simulator.research.metrics import AttemptRecord
+from simulator.research.retention import chars_lost
+
+if TYPE_CHECKING:
+
+    pass
+
+__all__ = ["CountingArchive", "Recorder", "ReplayEvent", "ReplaySender", "proxy_cap"]
+
+
+# Compaction status phases → the level they reach (ctxrecover.compactor).
+STATUS_LEVELS: MappingProxyType[str, int] = MappingProxyType(
+    {"trim": 1, "summary_applied": 2, "emergency": 3}
+)
+RECOVERY = "recovery"
+APPLIED = "applied"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayEvent:
+    """A library event or a finished attempt, tagged with its 0-based turn and 1-based attempt."""
+
+    turn: int
+    attempt: int
+    item: Event | AttemptRecord
+
+
+def proxy_cap(scenario: Scenario) -> int | None:
+    """The smallest body size at which one of the scenario's faults fires, or None when uncapped."""
+    caps: list[int] = []
+    for fault in scenario.faults:
+        if isinstance(fault, BodyCap):
+            caps.append(fault.limit)
+        elif isinstance(fault, ResetAfter):
+            caps.append(max(fault.n_bytes, fault.min_bytes))
+        elif not isinstance(fault, HeaderCap | RateLimit429) and fault.min_bytes > 0:
+            caps.append(fault.min_bytes)
+    return min(caps) if caps else None
+
+
+class CountingArchive(MemoryArchive):
+    """A memory archive that counts the chars of new entries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chars = 0
+
+    def put(self, content: str) -> str:
+        entries = len(self)
+        key = super().put(content)  # content is hashed once (megabytes, for a dropped range)
+        if len(self) > entries:
+            self.chars += len(content)
+        return key
+
+    def put_keyed(self, entries: Sequence[tuple[str, str]]) -> None:
+        fresh = {key: content for key, content in entries if key not in self}
+        super().put_keyed(entries)
+        self.chars += sum(map(len, fresh.values()))
+
+
+class ReplaySender(HttpxSender):
+    """An HttpxSender that reports every attempt (and the exact body it sent) to the recorder."""
+
+    def __init__(self, recorder: Recorder, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.recorder = recorder
+
+    def render(self, request: ChatRequest) -> bytes:
+        body = super().render(request)
+        self.recorder.body = body
+        return body
+
+    def send(self, request: ChatRequest) -> ChatResponse:
+        self.recorder.before_send(request)
+        try:
+            response = super().send(request)
+        except SendFailed as exc:
+            self.recorder.after_failure(exc)
+            raise
+        self.recorder.after_success(response)
+        return response
+
+
+@dataclass(slots=True)
+class Pending:
+    """A rejected attempt whose outcome (retried or terminal) is not known yet."""
+
+    fields: dict[str, Any]
+    notices: list[str] = field(default_factory=list)
+
+
+class Recorder:
+    """Turns session events and sender calls into AttemptRecords (one replay, one recorder)."""
+
+    def __init__(self, identity: dict[str, Any], archive: CountingArchive, provider: MockProvider, *,
+                 cap: int | None, on_event: Callable[[ReplayEvent], Any] | None) -> None:
+        self.identity = identity
+        self.archive = archive
+        self.provider = provider
+        self.cap = cap
+        self.on_event = on_event
+        self.session: Session | None = None
+        self.fed: list[Message] = []
+        self.records: list[AttemptRecord] = []
+        self.events: list[ReplayEvent] = []
+        self.body = b""
+        self.turn = 0
+        self.attempt = 0
+        self.pending: Pending | None = None
+        self.in_failure = False
+        self.notices: list[str] = []
+        self.level: int | None = None
+        self.phase_level = 0
+        self.recoveries = 0
+        self.recovery_level = 0
+        self.rejected_hash: str | None = None
+        self.lost = 0
+        self.current: dict[str, Any] = {}
+        self.calls_before = 0
+        self.clock = time.perf_counter()
+        self.marks = self._marks()
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def _marks(self) -> tuple[int, int, float, int]:
+        stats = self.session.stats if self.session else SessionStats()
+        tokens = stats.summarizer_input_tokens + stats.summarizer_output_tokens
+        return stats.summarizer_calls, tokens, stats.summarizer_cost_usd, self.archive.chars
+
+    def attach(self, session: Session) -> None:
+        self.session = session
+        self.marks = self._marks()
+
+    def start_turn(self, turn: int) -> None:
+        self.turn, self.attempt = turn, 0
+        self.recoveries = self.recovery_level = 0
+        self.clock = time.perf_counter()
+
+    def emit(self, item: Event | AttemptRecord, attempt: int) -> None:
+        event = ReplayEvent(self.turn, attempt, item)
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def on_library_event(self, event: Event) -> None:
+        """Listener for the session's event bus."""
+        failure_phase = self.in_failure and self.pending is not None
+        self.emit(event, self.attempt if failure_phase else self.attempt + 1)
+        if isinstance(event, Notice):
+            (self.pending.notices if failure_phase and self.pending else self.notices).append(event.text)
+        elif isinstance(event, PreCompact):
+            if event.trigger == RECOVERY:
+                assert self.session is not None
+                self.recoveries += 1
+                self.phase_level = self.recovery_level = self.session.ladder.level_for(self.recoveries)
+            else:
+                self.phase_level = 0
+        elif isinstance(event, StatusEvent):
+            self.phase_level = max(self.phase_level, STATUS_LEVELS.get(event.phase, 0))
+        elif isinstance(event, PostCompact):
+            if event.outcome == APPLIED and self.phase_level:
+                self.level = max(self.level or 0, self.phase_level)
+            if event.trigger == RECOVERY:
+                self.in_failure = False
+
+    # -- attempts --------------------------------------------------------------------------------
+    def before_send(self, request: ChatRequest) -> None:
+        assert self.session is not None
+        if self.pending is not None:
+            self._finish_pending(f"rejected:{self.pending.fields['failure_kind']}")
+        self.in_failure = False
+        self.attempt += 1
+        if self.level is not None:
+            self.lost = chars_lost(self.fed, self.session.history, self.archive)
+        marks = self._marks()
+        calls, tokens, cost, archived = (now - before for now, before in zip(marks, self.marks, strict=True))
+        self.marks = marks
+        weight = total_weight(request.messages)
+        self.current = {
+            **self.identity,
+            "turn": self.turn,
+            "attempt": self.attempt,
+            "history_weight": weight,
+            "message_count": len(request.messages),
+            "estimated_tokens": math.ceil(weight / self.session.policy.chars_per_token),
+            "proxy_cap": self.cap,
+            "learned_cap": self.session.learned_cap,
+            "context_window": self.session.context_window,
+            "max_tokens": request.max_tokens,
+            "compaction_level": self.level,
+            "summarizer_calls": calls,
+            "summarizer_tokens": tokens,
+            "summarizer_cost_usd": cost,
+            "chars_archived": archived,
+            "chars_lost": self.lost,
+        }
+        self.level = None
+        self.calls_before = self.provider.call_count
+
+    def _common(self) -> dict[str, Any]:
+        now = time.perf_counter()
+        elapsed, self.clock = (now - self.clock) * 1000, now
+        notices, self.notices = self.notices, []
+        return {**self.current, "request_bytes": len(self.body), "elapsed_ms": elapsed,
+                "notices_before": notices}
+
+    def _record(self, fields: dict[str, Any], notices: list[str], outcome: str) -> None:
+        fields = dict(fields)
+        lines = fields.pop("notices_before") + notices
+        record = AttemptRecord(**fields, outcome=outcome, notices="\n".join(lines))
+        self.records.append(record)
+        self.emit(record, record.attempt)
+
+    def after_success(self, response: ChatResponse) -> None:
+        fields = self._common()
+        calls = self.provider.calls
+        if len(calls) > self.calls_before and calls[-1].usage is not None:
+            fields["provider_cost_usd"] = self.provider.cost(calls[-1].usage)
+        fields["identical_retry"] = False
+        if response.truncated:
+            outcome, fields["failure_kind"] = "truncated", "output_truncated"
+        elif self.recoveries:
+            outcome = f"recovered@L{self.recovery_level}"
+        else:
+            outcome = "ok"
+        self.recoveries = self.recovery_level = 0
+        self._record(fields, [], outcome)
+
+    def after_failure(self, error: SendFailed) -> None:
+        assert self.session is not None
+        fields = self._common()
+        digest = hashlib.sha256(self.body).hexdigest()
+        fields["identical_retry"] = digest == self.rejected_hash
+        self.rejected_hash = digest
+        failure = classify(error, request_bytes=error.request_bytes,
+                           history_chars=total_weight(self.session.history))
+        fields["failure_kind"] = failure.kind.value
+        self.pending = Pending(fields)
+        self.in_failure = True
+
+    def _finish_pending(self, outcome: str, extra_notice: str | None = None) -> None:
+        assert self.pending is not None
+        pending, self.pending = self.pending, None
+        notices = pending.notices + ([extra_notice] if extra_notice else [])
+        self._record(pending.fields, notices, outcome)
+
+    def turn_failed(self, error: RecoveryError) -> None:
+        """The turn raised: its pending rejection becomes terminal."""
+        if self.pending is None:
+            raise error  # a RecoveryError without a rejected attempt is a library bug
+        if error.failure is not None:
+            self.pending.fields["failure_kind"] = error.failure.kind.value
+        if isinstance(error, PayloadFloorError):
+            self._finish_pending("fail_fast_floor", str(error))
+        else:
+            self._finish_pending("failed")
+
+    def finish(self, final: Sequence[Message]) -> None:
+        self.lost = chars_lost(self.fed, final, self.archive)
+        if self.records:
+            self.records[-1] = dataclasses.replace(self.records[-1], chars_lost=self.lost)

@@ -1,0 +1,391 @@
+"""Peer context-management strategies, run by the same replay as ctxrecover's own policy.
+
+A :class:`Strategy` is a named recipe: Policy overrides plus a factory of
+:class:`~ctxrecover.session.Session` injections (``compactor`` for planned compaction,
+``ladder`` for the reaction to a rejected request, ``cap_state`` for what a payload
+rejection teaches). :func:`simulator.replay.replay` takes one as ``strategy=``;
+:data:`BASELINES` holds the peers and :func:`resolve_policies` turns
+``"default,baselines"`` into what a sweep runs.
+
+Peers are modelled faithfully, data loss included: Cline's truncation, LangChain's
+``trim_messages``, OpenHands' observation masking and summarizing condenser drop what
+they cut without a recall marker, so their runs report ``chars_lost > 0`` whenever they
+act; that is the honest result, not a bug. Peers also run without ctxrecover's own
+lossless per-turn passes (microcompact, tool-result budget, skill aging — disabled by
+:data:`PEER_POLICY_OVERRIDES`), learn no payload cap and never add ctxrecover's payload
+notice (:class:`NoCapLearning`). What they share with ctxrecover is the classification
+of failures and the floor diagnosis (a system prompt over the rejected size fails fast).
+Their ladders have one rung, so a recovered turn reads ``recovered@L1``.
+
+>>> [name for name in BASELINES][:3]
+['no-recovery', 'cline-drop-half', 'cline-drop-three-quarters']
+>>> [(name, strategy is None) for name, _policy, strategy in resolve_policies("default,no-recovery")]
+[('default', True), ('no-recovery', False)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from ctxrecover.archive import Archive
+from ctxrecover.classify import Failure
+from ctxrecover.errors import ConfigError
+from ctxrecover.events import EventBus, Notice, SessionStats
+from ctxrecover.policy import CHAT_POLICY, DEFAULT_POLICY, Policy
+from ctxrecover.recovery import (
+    LEARNED_CAP_CODE,
+    LEARNED_CAP_NOTICE,
+    PayloadCapState,
+    RecoveryLadder,
+)
+from ctxrecover.sizes import format_payload_size
+from ctxrecover.summarize import Summarizer
+from simulator.research.peers import (
+    MASKED_OBSERVATION,
+    OBSERVATION_WINDOW_TURNS,
+    SUMMARIZE_KEEP_LAST,
+    ClineCompactor,
+    ClineDrop,
+    ClineKeep,
+    KeepLastCompactor,
+    KeepLastTrim,
+    MaskingCompactor,
+    MaskObservations,
+    NoCompaction,
+    SummarizeAll,
+    SummarizeAllCompactor,
+)
+
+__all__ = [
+    "BASELINES",
+    "BASELINES_SPEC",
+    "BISECTION_TOLERANCE",
+    "BisectionCapState",
+    "NoCapLearning",
+    "PEER_POLICY_OVERRIDES",
+    "POLICY_PRESETS",
+    "Strategy",
+    "resolve_policies",
+    "strategy_fields",
+]
+
+
+SessionOptions = Callable[..., dict[str, Any]]
+#: Bisection stops probing once (smallest rejected - largest accepted) <= this share of the rejected size.
+BISECTION_TOLERANCE = 0.02
+# A per-turn limit so large it never fires: the peers do not have ctxrecover's lossless passes.
+PEER_OFF = 10**9
+PEER_POLICY_OVERRIDES: Mapping[str, int] = MappingProxyType(
+    {
+        "microcompact_min_content": PEER_OFF,
+        "tool_result_budget_chars": PEER_OFF,
+        "tool_result_max_chars": PEER_OFF,
+        "skill_age_turns": PEER_OFF,
+    }
+)
+#: The named policies besides the baselines.
+POLICY_PRESETS: Mapping[str, Policy] = MappingProxyType({"default": DEFAULT_POLICY, "chat": CHAT_POLICY})
+BASELINES_SPEC = "baselines"  # resolve_policies: every baseline
+
+
+@dataclass(slots=True)
+class NoCapLearning(PayloadCapState):
+    """A peer's cap state: a payload rejection teaches nothing (only a configured cap applies).
+
+    Build it with ``notice_sent=True`` so ctxrecover's payload notice is never added.
+    """
+
+    def learn(self, failure: Failure, *, policy: Policy) -> list[Notice]:
+        return []
+
+
+@dataclass(slots=True)
+class BisectionCapState(PayloadCapState):
+    """The payload cap found by bisection between the largest accepted and the smallest rejected size.
+
+    Each payload rejection of known size lowers ``smallest_rejected``; each accepted
+    request raises ``largest_accepted``. The learned cap is their midpoint, so the cap
+    can grow again after a rejection (unlike the ¾ rule, whose caps only tighten);
+    once the bracket is within ``tolerance`` of the rejected size the cap settles on
+    ``largest_accepted`` and probing stops. A request accepted at or above the smallest
+    rejected size (a gateway that is not purely size-based) restarts the bracket.
+    A rejection of unknown size falls back to the ¾ rule's assumed cap.
+
+    >>> from ctxrecover.classify import FailureKind
+    >>> state = BisectionCapState(largest_accepted=100_000)
+    >>> _ = state.learn(Failure(FailureKind.PAYLOAD_TOO_LARGE, rejected_bytes=140_000), policy=Policy())
+    >>> state.learned_cap
+    120000
+    >>> state.observe_accepted(119_000); state.learned_cap
+    129500
+    """
+
+    largest_accepted: int = 0
+    smallest_rejected: int | None = None
+    tolerance: float = BISECTION_TOLERANCE
+
+    @property
+    def converged(self) -> bool:
+        """True when the bracket is within ``tolerance``: the cap is the largest accepted size."""
+        hi = self.smallest_rejected
+        return hi is not None and hi - self.largest_accepted <= self.tolerance * hi
+
+    def _bisect(self) -> int:
+        hi = self.smallest_rejected
+        assert hi is not None
+        return self.largest_accepted if self.converged else (self.largest_accepted + hi) // 2
+
+    def observe_accepted(self, request_bytes: int) -> None:
+        if request_bytes <= self.largest_accepted:
+            return
+        self.largest_accepted = request_bytes
+        if self.smallest_rejected is None:
+            return
+        if request_bytes >= self.smallest_rejected:
+            self.smallest_rejected = None
+            self.learned_cap = None
+            return
+        self.learned_cap = self._bisect()
+
+    def learn(self, failure: Failure, *, policy: Policy) -> list[Notice]:
+        rejected = failure.rejected_bytes
+        if not failure.is_payload or not rejected:
+            return PayloadCapState.learn(self, failure, policy=policy)
+        self.smallest_rejected = min(rejected, self.smallest_rejected or rejected)
+        if self.largest_accepted >= self.smallest_rejected:
+            self.largest_accepted = 0
+        cap = self._bisect()
+        if cap < 1 or cap == self.learned_cap:
+            return []
+        self.learned_cap = cap
+        message = LEARNED_CAP_NOTICE % (format_payload_size(rejected), format_payload_size(cap))
+        return [Notice(LEARNED_CAP_CODE, message)]
+
+
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """A context-management strategy runnable by :func:`simulator.replay.replay`.
+
+    ``policy_overrides`` are Policy fields the strategy fixes (applied over the policy it
+    is given, so they win over swept knobs); ``factory(policy, archive, events, stats,
+    summarizer)`` returns Session keyword injections (``compactor``, ``ladder``,
+    ``cap_state``). ``source`` says where the strategy comes from.
+    """
+
+    name: str
+    description: str
+    source: str
+    policy_overrides: tuple[tuple[str, Any], ...] = ()
+    factory: SessionOptions | None = None
+
+    def apply(self, policy: Policy) -> Policy:
+        """``policy`` with this strategy's overrides."""
+        return policy.replace(**dict(self.policy_overrides)) if self.policy_overrides else policy
+
+    def session_options(
+        self,
+        policy: Policy,
+        archive: Archive,
+        events: EventBus,
+        stats: SessionStats,
+        *,
+        summarizer: Summarizer | None = None,
+    ) -> dict[str, Any]:
+        """The Session keyword injections for one session (fresh objects every call)."""
+        if self.factory is None:
+            return {}
+        return self.factory(policy, archive, events, stats, summarizer)
+
+
+def _peer_cap(policy: Policy) -> NoCapLearning:
+    return NoCapLearning(configured_cap=policy.payload_cap, notice_sent=True)
+
+
+def _no_recovery(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
+                 summarizer: Summarizer | None) -> dict[str, Any]:
+    return {"compactor": NoCompaction(policy, archive, events=events, stats=stats)}
+
+
+def _cline(keep: ClineKeep, policy: Policy, archive: Archive, events: EventBus,
+           stats: SessionStats) -> dict[str, Any]:
+    return {
+        "compactor": ClineCompactor(policy, archive, events=events, stats=stats, keep=keep),
+        "ladder": RecoveryLadder(ClineDrop(keep)),
+        "cap_state": _peer_cap(policy),
+    }
+
+
+def _cline_half(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
+                summarizer: Summarizer | None) -> dict[str, Any]:
+    return _cline("half", policy, archive, events, stats)
+
+
+def _cline_quarter(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
+                   summarizer: Summarizer | None) -> dict[str, Any]:
+    return _cline("quarter", policy, archive, events, stats)
+
+
+def _keep_last(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
+               summarizer: Summarizer | None) -> dict[str, Any]:
+    return {
+        "compactor": KeepLastCompactor(policy, archive, events=events, stats=stats),
+        "ladder": RecoveryLadder(KeepLastTrim()),
+        "cap_state": _peer_cap(policy),
+    }
+
+
+def _masking(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
+             summarizer: Summarizer | None) -> dict[str, Any]:
+    return {
+        "compactor": MaskingCompactor(policy, archive, events=events, stats=stats),
+        "ladder": RecoveryLadder(MaskObservations()),
+        "cap_state": _peer_cap(policy),
+    }
+
+
+def _summarize_everything(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
+                          summarizer: Summarizer | None) -> dict[str, Any]:
+    return {
+        "compactor": SummarizeAllCompactor(policy, archive, summarizer=summarizer, events=events,
+                                           stats=stats),
+        "ladder": RecoveryLadder(SummarizeAll(summarizer, stats)),
+        "cap_state": _peer_cap(policy),
+    }
+
+
+def _cap_bisection(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
+                   summarizer: Summarizer | None) -> dict[str, Any]:
+    return {"cap_state": BisectionCapState.from_policy(policy)}
+
+
+PEERS = tuple(PEER_POLICY_OVERRIDES.items())
+CLINE_SOURCE = (
+    "Cline, ContextManager.getNextTruncationRange and applyStandardContextTruncationNoticeChange "
+    "(src/core/context/context-management/ContextManager.ts, https://github.com/cline/cline)"
+)
+CLINE_LOSS = (
+    " The dropped messages and the first assistant message's text are not archived: chars_lost > 0 "
+    "whenever it truncates. No cap learning."
+)
+BASELINES: Mapping[str, Strategy] = MappingProxyType(
+    {
+        strategy.name: strategy
+        for strategy in (
+            Strategy(
+                "no-recovery",
+                "ctxrecover with recovery and planned compaction switched off: max_recovery_attempts=0 and "
+                "a compactor that never compacts (the budget is effectively infinite). The first rejection "
+                "of a turn ends the run. The per-turn lossless passes still run; nothing is lost.",
+                "ablation of this repository's Session (ctxrecover/session.py)",
+                (("max_recovery_attempts", 0),),
+                _no_recovery,
+            ),
+            Strategy(
+                "cline-drop-half",
+                "Over budget or on an overflow/payload rejection: keep the first user/assistant pair and "
+                "drop half of the remaining API messages, no summary." + CLINE_LOSS,
+                CLINE_SOURCE,
+                PEERS,
+                _cline_half,
+            ),
+            Strategy(
+                "cline-drop-three-quarters",
+                "As cline-drop-half, dropping three quarters of the remaining API messages (Cline's "
+                "'quarter' keep, used when the history is far over the window)." + CLINE_LOSS,
+                CLINE_SOURCE,
+                PEERS,
+                _cline_quarter,
+            ),
+            Strategy(
+                "langchain-keep-last-n",
+                "Planned compaction keeps the system message and the last keep_recent messages (fewer until "
+                "the history fits the budget), starting on a user message; a rejection re-trims to "
+                "keep_recent. Dropped messages are not archived: chars_lost > 0 whenever it trims. "
+                "No cap learning.",
+                "LangChain langchain_core.messages.trim_messages(strategy='last', token_counter=len, "
+                "start_on='human', include_system=True) "
+                "(https://python.langchain.com/docs/how_to/trim_messages/)",
+                PEERS,
+                _keep_last,
+            ),
+            Strategy(
+                "observation-masking",
+                f"Over budget or on a rejection: tool results older than the last {OBSERVATION_WINDOW_TURNS} "
+                f"agent turns become {MASKED_OBSERVATION!r}, no LLM. Masked results are not archived: "
+                "chars_lost > 0 whenever it masks; chat histories (no tool results) cannot shrink. "
+                "OpenHands masks on every step; here it runs when the history is over budget or rejected. "
+                "No cap learning.",
+                "OpenHands ObservationMaskingCondenser (openhands/memory/condenser/impl/"
+                "observation_masking_condenser.py, https://github.com/All-Hands-AI/OpenHands); Lindenbauer "
+                "et al., 'The Complexity Trap: Simple Observation Masking Is as Efficient as LLM "
+                "Summarization for Agent Context Management', JetBrains Research, arXiv:2508.21433",
+                PEERS,
+                _masking,
+            ),
+            Strategy(
+                "summarize-everything",
+                f"Over budget or on a rejection: the whole non-system history but the last "
+                f"{SUMMARIZE_KEEP_LAST} messages becomes one LLM summary (no quality gate: a refusal becomes "
+                "the summary). The summarized messages are not archived: chars_lost > 0 whenever it "
+                "condenses. No cap learning.",
+                "OpenHands LLMSummarizingCondenser (openhands/memory/condenser/impl/"
+                "llm_summarizing_condenser.py, https://github.com/All-Hands-AI/OpenHands)",
+                PEERS,
+                _summarize_everything,
+            ),
+            Strategy(
+                "cap-bisection",
+                "The default policy, but the payload cap is inferred by bisection between the largest "
+                "accepted and the smallest rejected request size (BisectionCapState) instead of ¾ of the "
+                "rejected size. Lossless like the default.",
+                "this repository: an alternative to PayloadCapState.learn "
+                "(ctxrecover/recovery/cap_state.py, SPEC §6 step 1)",
+                (),
+                _cap_bisection,
+            ),
+        )
+    }
+)
+
+
+def _names(spec: str | Iterable[str]) -> list[str]:
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    return [name.strip() for name in items if name and name.strip()]
+
+
+def resolve_policies(spec: str | Iterable[str]) -> list[tuple[str, Policy, Strategy | None]]:
+    """``(name, policy, strategy)`` for each name of a comma-separated list (or a sequence of names).
+
+    Names are the presets (:data:`POLICY_PRESETS`: ``default``, ``chat``), baseline names
+    (:data:`BASELINES`) and ``baselines`` for all of them; duplicates are dropped.
+    A baseline's policy is the default policy with its overrides. Raises
+    :class:`~ctxrecover.errors.ConfigError` naming the valid names.
+    """
+    names = _names(spec)
+    if not names:
+        raise ConfigError(f"no policy given; use {', '.join(_valid_names())}")
+    resolved: dict[str, tuple[str, Policy, Strategy | None]] = {}
+    for name in names:
+        expanded = list(BASELINES) if name == BASELINES_SPEC else [name]
+        for one in expanded:
+            if one in POLICY_PRESETS:
+                resolved.setdefault(one, (one, POLICY_PRESETS[one], None))
+            elif one in BASELINES:
+                strategy = BASELINES[one]
+                resolved.setdefault(one, (one, strategy.apply(DEFAULT_POLICY), strategy))
+            else:
+                raise ConfigError(f"unknown policy {one!r}; use {', '.join(_valid_names())}")
+    return list(resolved.values())
+
+
+def _valid_names() -> list[str]:
+    return [*POLICY_PRESETS, BASELINES_SPEC, *BASELINES]
+
+
+def strategy_fields(strategy: Strategy) -> dict[str, Any]:
+    """A strategy as plain data (for manifests): name, description, source, overrides."""
+    return {"name": strategy.name, "description": strategy.description, "source": strategy.source,
+            "policy_overrides": dict(strategy.policy_overrides)}

@@ -1,0 +1,236 @@
+"""What a scenario replays: transcripts found by name, shaped by the scenario's workload, split into turns.
+
+Without a transcript, the scenario's own ``[workload]`` transcript is replayed
+(:func:`workload_transcript`: bundled fixtures, or the public transcripts beside
+the repository when present). The workload also shapes any transcript: it pads
+the system prompt to ``system_prompt_bytes`` and every recorded reply to
+``reply_tokens`` (deterministic filler). Assistant messages with neither text nor
+tool calls are skipped (no provider accepts them in a history); an assistant
+message right after another one is appended to the previous turn rather than
+requested (a request may not end with an assistant message).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from ctxrecover.messages import Message
+from ctxrecover.sizes import total_weight
+from simulator.proxy.scenario import Scenario
+from simulator.transcripts.generator import generate_session
+from simulator.transcripts.loaders import Transcript, TranscriptError, load_transcript
+
+if TYPE_CHECKING:
+
+    pass
+
+__all__ = [
+    "FALLBACK_TRANSCRIPT",
+    "FIXTURE_TRANSCRIPTS_DIR",
+    "GENERATED_TRANSCRIPT",
+    "ReplayError",
+    "SHARED_TRANSCRIPTS_DIR",
+    "Turn",
+    "find_transcript",
+    "load_named_transcript",
+    "shape_transcript",
+    "split_turns",
+    "workload_transcript",
+]
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURE_TRANSCRIPTS_DIR = REPO_ROOT / "fixtures" / "transcripts"
+SHARED_TRANSCRIPTS_DIR = REPO_ROOT.parent / "shared" / "transcripts"
+# A workload names a transcript that is not bundled (the public ones live outside the repo):
+# this bundled agent session stands in for it.
+FALLBACK_TRANSCRIPT = "coding-120k"
+# A workload "generated" to history_bytes: a chat-only fixture, whose request bytes grow turn after turn
+# (microcompact shrinks old tool results, never answers), which is what body-size faults need.
+GENERATED = "generated"
+GENERATED_TRANSCRIPT = "chat-long-answers-600k"
+# A generated workload larger than GENERATED_TRANSCRIPT: a seeded chat-only session of long answers.
+GENERATED_OPTIONS = MappingProxyType(
+    {"tool_turn_ratio": 0.0, "answer_chars": 8000, "recall_every": 0, "feedback_every": 0}
+)
+GENERATED_CHARS_PER_TURN = 8000
+# Deterministic filler for workload shaping (system prompt bytes, reply tokens).
+SYSTEM_FILLER_HEADER = "\n\n# Tool documentation (MCP servers, skills, personas)\n"
+SYSTEM_FILLER_LINE = "- tool {index:05d}: parameters, usage notes and examples for this MCP tool.\n"
+REPLY_FILLER_HEADER = "\n\nDetails:\n"
+REPLY_FILLER_LINE = "- note {index:04d}: what was checked, what it showed and what comes next.\n"
+TRANSCRIPT_SUFFIXES: tuple[str, ...] = ("", ".jsonl", ".json", ".traj")
+CHARS_PER_TOKEN = 4  # the mock providers' estimate (simulator.providers.mock.estimate_tokens)
+
+
+class ReplayError(ValueError):
+    """A replay cannot start: bad transport, a transcript with nothing to replay, …"""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn: messages fed before it, the recorded reply, and assistant messages right after it."""
+
+    inputs: tuple[Message, ...]
+    reply: Message
+    followers: tuple[Message, ...] = ()
+
+
+def find_transcript(name: str | Path) -> Path:
+    """A transcript path: ``name`` itself, else a bundled fixture, else a public transcript.
+
+    Bundled names may omit the suffix (``chat-50k``); public transcripts are looked
+    up in :data:`SHARED_TRANSCRIPTS_DIR`. Raises :class:`ReplayError` naming where it looked.
+    """
+    path = Path(name)
+    if path.is_file():
+        return path
+    for directory in (FIXTURE_TRANSCRIPTS_DIR, SHARED_TRANSCRIPTS_DIR):
+        for suffix in TRANSCRIPT_SUFFIXES:
+            candidate = directory / f"{name}{suffix}"
+            if candidate.is_file():
+                return candidate
+    bundled = ", ".join(sorted(p.stem for p in FIXTURE_TRANSCRIPTS_DIR.glob("*.jsonl")))
+    raise ReplayError(
+        f"{name}: no such transcript file, and no bundled transcript of that name "
+        f"(bundled: {bundled}; public ones are read from {SHARED_TRANSCRIPTS_DIR})"
+    )
+
+
+def load_named_transcript(name: str | Path) -> Transcript:
+    """Load a transcript by path or bundled name (:func:`find_transcript`); tau-bench files give run 0."""
+    path = find_transcript(name)
+    try:
+        return load_transcript(path)
+    except TranscriptError as exc:  # a multi-run tau-bench file: replay its first run
+        if "tau-bench runs" not in str(exc):
+            raise
+        return load_transcript(path, run=0)
+
+
+def _prefix(transcript: Transcript, history_bytes: int) -> Transcript:
+    """The transcript cut before the first user message at which the history reaches ``history_bytes``."""
+    messages = transcript.messages
+    weight = 0
+    for index, msg in enumerate(messages):
+        if msg.role == "user" and weight >= history_bytes:
+            facts = tuple(f for f in transcript.facts if f.message_index < index)
+            name = f"{transcript.name}[:{index}]"
+            return dataclasses.replace(transcript, name=name, messages=messages[:index], facts=facts)
+        weight += total_weight((msg,))
+    return transcript
+
+
+def workload_transcript(scenario: Scenario) -> Transcript:
+    """The transcript the scenario's ``[workload]`` asks for, from the bundled data.
+
+    A named transcript is looked up with :func:`find_transcript`; when it is not
+    available (the public ones live outside the repository),
+    :data:`FALLBACK_TRANSCRIPT` stands in. ``generated`` with ``history_bytes``
+    takes :data:`GENERATED_TRANSCRIPT` — or, when that is smaller, a chat session of
+    long answers generated with the scenario's seed — cut before the user turn at
+    which the history reaches that size; no name at all, the fallback.
+    """
+    workload = scenario.workload
+    if workload.transcript and workload.transcript != GENERATED:
+        try:
+            return load_named_transcript(workload.transcript)
+        except ReplayError:
+            return load_named_transcript(FALLBACK_TRANSCRIPT)
+    if not workload.history_bytes:
+        return load_named_transcript(FALLBACK_TRANSCRIPT)
+    bundled = load_named_transcript(GENERATED_TRANSCRIPT)
+    if total_weight(bundled.messages) < workload.history_bytes:
+        turns = workload.history_bytes // GENERATED_CHARS_PER_TURN + 2
+        bundled = generate_session(seed=scenario.seed, turns=turns, name=GENERATED, **GENERATED_OPTIONS)
+    return _prefix(bundled, workload.history_bytes)
+
+
+def _filler(header: str, line: str, chars: int) -> str:
+    """Deterministic filler of at least ``chars`` characters."""
+    parts = [header]
+    size = len(header)
+    index = 0
+    while size < chars:
+        index += 1
+        text = line.format(index=index)
+        parts.append(text)
+        size += len(text)
+    return "".join(parts)
+
+
+def _output_chars(msg: Message) -> int:
+    return len(msg.content) + sum(len(c.name) + len(c.arguments or "") for c in msg.tool_calls)
+
+
+def shape_transcript(transcript: Transcript, scenario: Scenario) -> Transcript:
+    """The transcript as the scenario's workload shapes it (the same transcript when nothing changes).
+
+    ``system_prompt_bytes`` pads the leading system message (inserted when absent)
+    until its UTF-8 content is that large; ``reply_tokens`` pads every assistant
+    reply with text until its output is about that many tokens.
+    """
+    workload = scenario.workload
+    messages = list(transcript.messages)
+    changed = False
+    if workload.system_prompt_bytes:
+        has_system = bool(messages) and messages[0].role == "system"
+        system = messages[0] if has_system else Message.system("You are a helpful agent.")
+        missing = workload.system_prompt_bytes - len(system.content.encode("utf-8"))
+        if missing > 0:
+            padded = system.content + _filler(SYSTEM_FILLER_HEADER, SYSTEM_FILLER_LINE, missing)
+            system = system.replace(content=padded, system_parts=())
+        if has_system:
+            messages[0] = system
+        else:
+            messages.insert(0, system)
+        changed = True
+    if workload.reply_tokens:
+        target = workload.reply_tokens * CHARS_PER_TOKEN
+        for index, msg in enumerate(messages):
+            missing = target - _output_chars(msg)
+            if msg.role == "assistant" and missing > 0:
+                filler = _filler(REPLY_FILLER_HEADER, REPLY_FILLER_LINE, missing)
+                messages[index] = msg.with_content(msg.content + filler)
+                changed = True
+    if not changed:
+        return transcript
+    offset = len(messages) - len(transcript.messages)
+    facts = tuple(dataclasses.replace(f, message_index=f.message_index + offset) for f in transcript.facts)
+    return dataclasses.replace(transcript, messages=tuple(messages), facts=facts)
+
+
+def _speaks(msg: Message) -> bool:
+    return bool(msg.content or msg.tool_calls)
+
+
+def split_turns(messages: Sequence[Message]) -> tuple[list[Turn], tuple[Message, ...]]:
+    """The turns of a conversation and the messages after its last reply.
+
+    A turn's ``inputs`` are the messages fed since the previous turn; its ``reply``
+    is the assistant message the session must produce. Assistant messages that
+    directly follow a reply are its ``followers`` (fed, not requested); leading
+    assistant messages are inputs; empty assistant messages are skipped.
+    """
+    turns: list[Turn] = []
+    pending: list[Message] = []
+    for msg in messages:
+        if msg.role != "assistant":
+            pending.append(msg)
+            continue
+        if not _speaks(msg):
+            continue
+        if not any(m.role != "system" for m in pending) and not turns:
+            pending.append(msg)
+        elif not pending and turns:
+            last = turns[-1]
+            turns[-1] = dataclasses.replace(last, followers=(*last.followers, msg))
+        else:
+            turns.append(Turn(tuple(pending), msg))
+            pending = []
+    return turns, tuple(pending)

@@ -1,0 +1,328 @@
+"""The ctxsim command line: help, run directories, turn logs, one-line errors, classify, generate, proxy."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from simulator.cli import main, policy_from_spec
+from simulator.providers.mock import MockProvider
+from simulator.proxy.loopback import LoopbackServer
+from simulator.research.metrics import RUN_COLUMNS
+from simulator.transcripts.loaders import load_transcript
+from simulator.workloads import load_named_transcript
+
+REPO = Path(__file__).parents[3]
+PAGES = REPO / "fixtures" / "pages"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SUBCOMMANDS = ("run", "replay", "sweep", "report", "proxy", "classify", "generate")
+RECOVERABLE_WAF = (
+    "⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) — compacting and retrying"
+)
+TINY_RUN = ("run", "--transcripts", "chat-50k", "--scenarios", "corporate-128k-waf,rate-limit-429")
+TINY_SWEEP = ("sweep", "--grid", "budget_ratio=0.5,0.75", "--scenarios", "corporate-128k-waf",
+              "--transcripts", "chat-50k", "--policies", "default,cline-drop-half", "--workers", "1")
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# -- help ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["--help"], *([name, "--help"] for name in SUBCOMMANDS)])
+def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = run_cli(capsys, *argv)
+
+    assert code == 0 and err == ""
+    assert out.startswith("usage: ctxsim")
+
+
+def test_the_module_runs_as_a_program() -> None:
+    done = subprocess.run([sys.executable, "-m", "simulator", "classify", "--status", "429"], input="",
+                          capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
+
+    assert done.returncode == 0, done.stderr
+    assert "kind:           rate_limit" in done.stdout
+
+
+# -- run ---------------------------------------------------------------------------------------------
+
+
+def test_run_writes_the_csv_manifest_and_figures_and_prints_the_table(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    code, stdout, _ = run_cli(capsys, *TINY_RUN, "--out", str(out))
+
+    assert code == 0
+    header = stdout.splitlines()[0].split()
+    assert header[:3] == ["scenario", "runs", "turns"] and "lost" in header
+    rows = {line.split()[0]: line for line in stdout.splitlines()[2:4]}
+    assert "waf_rejection=1" in rows["corporate-128k-waf"] and "rate_limit=1" in rows["rate-limit-429"]
+    assert stdout.splitlines()[-1].startswith(f"wrote {out}/: attempts.csv, ")
+
+    csv_header = (out / "attempts.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert csv_header.split(",") == list(RUN_COLUMNS)
+    for name in ("budget-corporate-128k-waf.png", "budget-rate-limit-429.png", "outcomes.png"):
+        assert (out / name).read_bytes().startswith(PNG_MAGIC)
+
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["code_version"]["package"] == "0.1.0"
+    assert manifest["policy"]["name"] == "default" and manifest["policy"]["fields"]["keep_recent"] == 8
+    assert [s["name"] for s in manifest["scenarios"]] == ["corporate-128k-waf", "rate-limit-429"]
+    (transcript,) = manifest["transcripts"]
+    assert transcript["sha256"] == load_named_transcript("chat-50k").sha256
+    assert manifest["seed"] is None
+    assert {r["outcome"] for r in manifest["runs"]} == {"recovered", "no_compaction"}
+
+
+def test_run_twice_without_timing_gives_byte_identical_csvs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name in ("a", "b"):
+        code, _, _ = run_cli(capsys, *TINY_RUN, "--seed", "3", "--no-timing", "--no-figures",
+                             "--out", str(tmp_path / name))
+        assert code == 0
+
+    first = (tmp_path / "a" / "attempts.csv").read_bytes()
+    assert first == (tmp_path / "b" / "attempts.csv").read_bytes()
+    assert b"elapsed_ms" not in first.splitlines()[0]
+
+
+def test_replay_prints_the_turn_log_and_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "replay", "--transcript", "chat-50k", "--scenario", "corporate-128k-waf",
+                           "--policy", "keep_recent=6")
+
+    lines = out.splitlines()
+    assert code == 0
+    assert f"[turn 8 · attempt 1] {RECOVERABLE_WAF}" in lines
+    assert any(line.startswith("[turn 8 · attempt 1] → ") and "rejected:waf_rejection" in line
+               for line in lines)
+    assert any(line.startswith("[turn 8 · attempt 2] → ") and "recovered@L1" in line for line in lines)
+    assert lines[-1].startswith("corporate-128k-waf × chat-50k: recovered (expected recovered)")
+
+
+def test_policy_specs_read_presets_pairs_and_files(tmp_path: Path) -> None:
+    path = tmp_path / "tight.json"
+    path.write_text(json.dumps({"base": "chat", "payload_cap": 524288}), encoding="utf-8")
+
+    assert policy_from_spec("chat")[0].keep_recent == 10
+    pairs = policy_from_spec("keep_recent=4,payload_cap=512KB,context_window=none")[0]
+    assert (pairs.keep_recent, pairs.payload_cap, pairs.context_window) == (4, 512 * 1024, None)
+    assert policy_from_spec(str(path)) == (policy_from_spec("chat")[0].replace(payload_cap=524288), "tight")
+
+
+# -- sweep and report -----------------------------------------------------------------------------------
+
+
+def test_sweep_writes_a_sweep_directory_and_prints_the_comparison_table(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "sweep"
+    code, stdout, _ = run_cli(capsys, *TINY_SWEEP, "--no-figures", "--out", str(out))
+
+    lines = stdout.splitlines()
+    assert code == 0
+    assert [cell.strip() for cell in lines[0].split("|")[1:4]] == ["policy", "scenario", "runs"]
+    assert any(line.startswith("| cline-drop-half[budget_ratio=0.75]") for line in lines)
+    assert lines[-2:] == ["4 runs: 4 computed, 0 from the cache", f"wrote {out}/"]
+    assert {p.name for p in out.iterdir()} == {"attempts.csv", "summary.csv", "manifest.json", "cache"}
+
+    code, stdout, _ = run_cli(capsys, *TINY_SWEEP, "--no-figures", "--out", str(out))
+    assert code == 0 and stdout.splitlines()[-2] == "4 runs: 0 computed, 4 from the cache"
+
+
+def test_report_regenerates_the_figures_and_tables_of_a_sweep(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "sweep"
+    assert run_cli(capsys, *TINY_SWEEP, "--no-figures", "--out", str(out))[0] == 0
+
+    code, stdout, _ = run_cli(capsys, "report", str(out), "--formats", "png,svg")
+
+    report = out / "report"
+    assert code == 0 and stdout == f"wrote {len(list(report.iterdir()))} files to {report}/\n"
+    assert (report / "outcome-matrix.png").read_bytes().startswith(PNG_MAGIC)
+    assert (report / "outcome-matrix.svg").is_file() and (report / "comparison.md").is_file()
+
+
+def test_report_also_reads_a_run_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert run_cli(capsys, *TINY_RUN, "--no-figures", "--out", str(out))[0] == 0
+
+    code, stdout, _ = run_cli(capsys, "report", str(out), "--out", str(tmp_path / "figures"))
+
+    assert code == 0 and stdout.startswith("wrote ") and (tmp_path / "figures" / "runs.csv").is_file()
+
+
+# -- one-line errors -----------------------------------------------------------------------------------
+
+
+def bad_jsonl(tmp_path: Path) -> Path:
+    path = tmp_path / "broken.jsonl"
+    path.write_text('{"role": "user", "content": "hi"}\n{"role": "user", "content": \n', encoding="utf-8")
+    return path
+
+
+def bad_scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "no-provider.toml"
+    path.write_text('description = "x"\n[expect]\noutcome = "ok"\n', encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["run", "--scenarios", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
+        (["replay", "--scenario", "rate-limit-429", "--transcript", "{bad}"], "broken.jsonl:2:"),
+        (["replay", "--scenario", "{scenario}"], "no-provider.toml: [provider] section is missing"),
+        (["replay", "--scenario", "rate-limit-429", "--transcript", "/nonexistent/t.jsonl"],
+         "/nonexistent/t.jsonl: no such transcript file"),
+        (["proxy", "--fault", "body-cap:big:nginx"], "limit must be a size in bytes"),
+        (["proxy", "--fault", "teapot:418"], "unknown fault kind 'teapot'"),
+        (["proxy", "--listen", "example.com:80"], "LoopbackServer binds loopback addresses only"),
+        (["run", "--policy", "keep_recent=lots"], "--policy field keep_recent: expected an integer"),
+        (["classify", "/nonexistent/body.txt"], "/nonexistent/body.txt: cannot read"),
+        (["run", "--scenarios", "rate-limit-429", "--transcripts", "chat-50k", "--out", "{bad}"],
+         "broken.jsonl: cannot write the run directory"),
+        (["generate", "--turns", "0", "--out", "x.jsonl"], "argument --turns: expected a positive integer"),
+        (["replay", "--scenario", "rate-limit-429", "--transport", "pigeon"],
+         "argument --transport: invalid choice"),
+        (["sweep", "--grid", "budgetratio=0.5"], "--grid 'budgetratio' is not a Policy field; valid fields:"),
+        (["sweep", "--grid", "budget_ratio=0.5,lots"], "--grid field budget_ratio: expected a number"),
+        (["sweep", "--grid", "budget_ratio=1.5", "--scenarios", "rate-limit-429"],
+         "Policy.budget_ratio must be a fraction in (0, 1]"),
+        (["sweep", "--grid", "budget_ratio"], "--grid 'budget_ratio': expected NAME=V1,V2,..."),
+        (["sweep", "--grid", "keep_recent=4", "--grid", "keep_recent=6"], "--grid keep_recent is given"),
+        (["sweep", "--grid", "budget_ratio=0.4..0.8"], "ranges need a random search"),
+        (["sweep", "--policies", "default,cline"], "unknown policy 'cline'"),
+        (["sweep", "--workers", "2", "--dask", "local"], "not allowed with argument --workers"),
+        (["report", "/nonexistent/run"], "/nonexistent/run: no such run directory"),
+        (["report", "{scenario}", "--formats", "gif"], "--formats 'gif': use one or more of png, svg, pdf"),
+    ],
+)
+def test_bad_input_gives_one_error_line_and_exit_code_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], expected: str
+) -> None:
+    paths = {"{bad}": str(bad_jsonl(tmp_path)), "{scenario}": str(bad_scenario(tmp_path))}
+    argv = [paths.get(arg, arg) for arg in argv]
+
+    code, out, err = run_cli(capsys, *argv)
+
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("ctxsim")
+    assert expected in err and "Traceback" not in err
+
+
+# -- classify and generate ---------------------------------------------------------------------------
+
+
+def test_classify_reads_a_file_with_status_and_headers(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "classify", str(PAGES / "403-cloudflare.html"), "--status", "403",
+                           "--header", "content-type: text/html", "--request-bytes", "262144")
+
+    fields = dict(line.split(":", 1) for line in out.splitlines())
+    assert code == 0
+    assert fields["kind"].strip() == "waf_rejection"
+    assert fields["recoverable"].strip() == "yes" and fields["rejected bytes"].strip() == "262144"
+    assert list(fields)[:4] == ["kind", "reason", "reason text", "provider"] and "evidence" in fields
+
+
+def test_classify_reads_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    body = '{"type": "error", "error": {"type": "invalid_request_error", ' \
+           '"message": "prompt is too long: 210000 tokens > 200000 maximum"}}'
+    monkeypatch.setattr(sys, "stdin", io.StringIO(body))
+
+    code, out, _ = run_cli(capsys, "classify", "-", "--status", "400")
+
+    assert code == 0 and out.splitlines()[0] == "kind:           context_overflow"
+
+
+def test_generate_writes_a_loadable_transcript(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+
+    code, out, _ = run_cli(capsys, "generate", "--seed", "5", "--turns", "2", "--out", str(path))
+
+    transcript = load_transcript(path)
+    assert code == 0 and len(transcript.messages) > 2 and transcript.metadata["seed"] == 5
+    assert out.startswith(f"wrote {path}: {len(transcript.messages)} messages") and transcript.sha256 in out
+
+
+# -- proxy -----------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def post(url: str, body: bytes) -> httpx.Response:
+    deadline = time.monotonic() + 2.0
+    with httpx.Client(trust_env=False, timeout=5.0) as client:
+        while True:
+            try:
+                return client.post(url, content=body, headers={"content-type": "application/json"})
+            except httpx.ConnectError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+def proxy_in_thread(argv: list[str]) -> tuple[threading.Thread, list[int]]:
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(main(argv)))
+    thread.start()
+    return thread, codes
+
+
+def anthropic_body(text: str) -> bytes:
+    return json.dumps({"model": "claude-sonnet-4", "max_tokens": 64,
+                       "messages": [{"role": "user", "content": text}]}).encode()
+
+
+def test_proxy_serves_requests_through_its_faults_until_time_out(capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    thread, codes = proxy_in_thread(["proxy", "--listen", f"127.0.0.1:{port}", "--upstream", "mock:anthropic",
+                                     "--fault", "body-cap:2KB:nginx", "--max-seconds", "1.5"])
+    url = f"http://127.0.0.1:{port}/v1/messages"
+
+    answered, capped = post(url, anthropic_body("hi")), post(url, anthropic_body("x" * 4096))
+    thread.join(timeout=10)
+
+    out = capsys.readouterr().out
+    assert codes == [0]
+    assert answered.status_code == 200 and answered.json()["stop_reason"] == "end_turn"
+    assert capped.status_code == 413 and "nginx" in capped.text
+    assert f"ctxsim proxy listening on http://127.0.0.1:{port} → mock anthropic provider" in out
+    assert f"export ANTHROPIC_BASE_URL=http://127.0.0.1:{port}" in out
+    assert "→ responded 413" in out and out.splitlines()[-1] == "served 2 request(s)"
+
+
+def test_proxy_relays_to_a_real_upstream_url(capsys: pytest.CaptureFixture[str]) -> None:
+    provider = MockProvider("anthropic", context_window=200_000, script=["from upstream"])
+    with LoopbackServer(provider) as upstream:
+        port, upstream_url = free_port(), upstream.base_url
+        thread, codes = proxy_in_thread(["proxy", "--listen", f"127.0.0.1:{port}", "--upstream",
+                                         upstream_url, "--max-seconds", "1"])
+
+        answer = post(f"http://127.0.0.1:{port}/v1/messages", anthropic_body("hi"))
+        thread.join(timeout=10)
+
+    assert codes == [0]
+    assert answer.json()["content"][0]["text"] == "from upstream" and provider.call_count == 1
+    out = capsys.readouterr().out
+    assert f"→ {upstream_url}" in out and "→ forwarded 200" in out

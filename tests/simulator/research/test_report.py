@@ -1,0 +1,473 @@
+"""Report figures and tables: what each figure draws, the comparison table, markdown, run directories."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from simulator.research import run_files
+from simulator.research.figures import (
+    budget_curve,
+    cost_vs_fact_survival,
+    outcome_matrix,
+    rejected_per_episode,
+    summarizer_cost,
+)
+from simulator.research.metrics import RUN_COLUMNS, AttemptRecord, records_to_frame
+from simulator.research.report import (
+    ATTEMPTS_CSV,
+    COMPARISON_COLUMNS,
+    FIGURE_FILES,
+    MANIFEST_JSON,
+    REPORT_DIR,
+    SUMMARY_CSV,
+    comparison_table,
+    load_run,
+    markdown_table,
+    policy_episodes,
+    read_attempts,
+    run_summaries,
+    write_report,
+)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+WINDOW_TOKENS = 1000  # drawn as 4000 chars
+PROXY_CAP = 3000
+LEARNED_CAP = 2100
+
+
+def attempt(run_id: str, turn: int, attempt_no: int, outcome: str, **fields: object) -> AttemptRecord:
+    policy, scenario, seed = run_id.split("/")
+    base: dict[str, object] = {
+        "run_id": run_id,
+        "transcript": "demo",
+        "transcript_sha256": "ab" * 32,
+        "scenario": scenario,
+        "policy": policy,
+        "seed": int(seed),
+        "turn": turn,
+        "attempt": attempt_no,
+        "outcome": outcome,
+        "request_bytes": 1000 + 500 * turn,
+        "history_weight": 900 + 500 * turn,
+        "estimated_tokens": 250 + 125 * turn,
+        "context_window": WINDOW_TOKENS,
+        "proxy_cap": PROXY_CAP,
+    }
+    return AttemptRecord(**(base | fields))  # type: ignore[arg-type]
+
+
+def waf_run(run_id: str, *, recovered: bool = True, summarizer_cost: float = 0.0) -> list[AttemptRecord]:
+    """4 turns; turn 2 is rejected twice, then recovers at L2 (or fails)."""
+    records = [attempt(run_id, 0, 1, "ok"), attempt(run_id, 1, 1, "ok")]
+    records += [
+        attempt(run_id, 2, 1, "rejected:waf_rejection", failure_kind="waf_rejection", request_bytes=3200),
+        attempt(run_id, 2, 2, "rejected:waf_rejection", failure_kind="waf_rejection", request_bytes=2500,
+                compaction_level=1, learned_cap=LEARNED_CAP, chars_archived=700),
+    ]
+    if not recovered:
+        return records + [
+            attempt(run_id, 2, 3, "failed", failure_kind="waf_rejection", request_bytes=2400,
+                    learned_cap=LEARNED_CAP),
+        ]
+    return records + [
+        attempt(run_id, 2, 3, "recovered@L2", request_bytes=1800, compaction_level=2, learned_cap=LEARNED_CAP,
+                summarizer_calls=1, summarizer_cost_usd=summarizer_cost),
+        attempt(run_id, 3, 1, "ok", request_bytes=2000, learned_cap=LEARNED_CAP),
+    ]
+
+
+def quiet_run(run_id: str) -> list[AttemptRecord]:
+    """Two turns, no failure."""
+    return [attempt(run_id, 0, 1, "ok"), attempt(run_id, 1, 1, "ok")]
+
+
+@pytest.fixture
+def attempts() -> pd.DataFrame:
+    """Two policies × two scenarios; `default` recovers the WAF twice, `none` fails once."""
+    return records_to_frame(
+        waf_run("default/waf/0", summarizer_cost=0.02)
+        + waf_run("default/waf/1", summarizer_cost=0.04)
+        + quiet_run("default/quiet/0")
+        + waf_run("none/waf/0", recovered=False)
+        + quiet_run("none/quiet/0")
+    )
+
+
+@pytest.fixture
+def summaries(attempts: pd.DataFrame) -> pd.DataFrame:
+    survival = {"default/waf/0": 1.0, "default/waf/1": 0.5, "default/quiet/0": 1.0,
+                "none/waf/0": 0.25, "none/quiet/0": 1.0}
+    manifest = {"runs": [{"run_id": run_id, "fact_survival": value} for run_id, value in survival.items()]}
+    return run_summaries(attempts, manifest=manifest)
+
+
+def texts(figure: Figure) -> list[str]:
+    return [text.get_text() for text in figure.axes[0].texts]
+
+
+def line_labels(figure: Figure) -> list[str]:
+    return [line.get_label() for line in figure.axes[0].get_lines()]
+
+
+def collection(figure: Figure, label: str) -> list[tuple[float, float]]:
+    (found,) = [c for c in figure.axes[0].collections if c.get_label() == label]
+    return [(float(x), float(y)) for x, y in found.get_offsets()]
+
+
+# -- budget curve -------------------------------------------------------------------------------
+def test_budget_curve_draws_wire_bytes_weight_window_and_caps_as_lines(attempts: pd.DataFrame) -> None:
+    figure = budget_curve(attempts, run_id="default/waf/0")
+    assert isinstance(figure, Figure)
+    assert figure.canvas.manager is None  # not registered with pyplot
+    assert line_labels(figure) == [
+        "request body (wire bytes)",
+        "history weight (chars)",
+        "context window × 4 chars/token",
+        "proxy cap (bytes)",
+        "learned cap (bytes)",
+    ]
+    request, _weight, window, cap, learned = figure.axes[0].get_lines()
+    assert list(request.get_ydata()) == [1000, 1500, 3200, 2500, 1800, 2000]
+    assert set(window.get_ydata()) == {WINDOW_TOKENS * 4}
+    assert set(cap.get_ydata()) == {PROXY_CAP}
+    assert [y for y in learned.get_ydata() if not math.isnan(y)] == [LEARNED_CAP] * 3
+    assert "default/waf/0" in figure.axes[0].get_title()
+
+
+def test_budget_curve_marks_compactions_with_their_level_and_rejections(attempts: pd.DataFrame) -> None:
+    figure = budget_curve(attempts, run_id="none/waf/0")
+    assert collection(figure, "compaction (L1–L3)") == [(4, 2500)]
+    assert collection(figure, "rejected") == [(3, 3200), (4, 2500), (5, 2400)]  # failed counts as rejected
+    assert texts(figure) == ["L1"]
+
+
+def test_budget_curve_ticks_the_first_request_of_each_turn(attempts: pd.DataFrame) -> None:
+    axes = budget_curve(attempts, run_id="default/waf/0").axes[0]
+    assert list(axes.get_xticks()) == [1, 2, 3, 6]
+    assert [label.get_text() for label in axes.get_xticklabels()] == ["t0", "t1", "t2", "t3"]
+
+
+def test_budget_curve_leaves_out_caps_the_run_does_not_have() -> None:
+    frame = records_to_frame(
+        [attempt("p/s/0", turn, 1, "ok", proxy_cap=None, context_window=None) for turn in range(3)]
+    )
+    figure = budget_curve(frame)
+    assert line_labels(figure) == ["request body (wire bytes)", "history weight (chars)"]
+    assert len(figure.axes[0].collections) == 0 and figure.axes[0].get_yscale() == "linear"
+
+
+def test_budget_curve_goes_logarithmic_when_the_window_dwarfs_the_requests() -> None:
+    frame = records_to_frame([attempt("p/s/0", 0, 1, "ok", context_window=200_000)])
+    assert budget_curve(frame).axes[0].get_yscale() == "log"
+
+
+def test_budget_curve_needs_a_run_id_when_the_frame_holds_several(attempts: pd.DataFrame) -> None:
+    with pytest.raises(ValueError, match=r"holds 5: pass run_id= one of \['default/waf/0'"):
+        budget_curve(attempts)
+    with pytest.raises(ValueError, match="run_id 'nope' is not in the frame"):
+        budget_curve(attempts, run_id="nope")
+
+
+@pytest.mark.parametrize(
+    ("function", "dropped", "named"),
+    [
+        (budget_curve, ["learned_cap", "history_weight"], "history_weight, learned_cap"),
+        (policy_episodes, ["identical_retry"], "identical_retry"),
+    ],
+)
+def test_attempt_functions_name_the_missing_columns(
+    attempts: pd.DataFrame, function, dropped: list[str], named: str
+) -> None:
+    with pytest.raises(ValueError, match=f"needs columns missing from the frame: {named}; pass the attempt"):
+        function(attempts.drop(columns=dropped))
+
+
+# -- summaries ----------------------------------------------------------------------------------
+def test_run_summaries_take_retention_from_the_manifest_and_keep_swept_knobs(attempts: pd.DataFrame) -> None:
+    frame = attempts.assign(keep_recent=[4 if p == "default" else 8 for p in attempts["policy"]])
+    entry = {"run_id": "none/waf/0", "fact_survival": 0.25, "outcome": "failed", "chars_lost": 0}
+    table = run_summaries(frame, manifest={"runs": [entry]}).set_index("run_id")
+    assert list(table.index) == list(dict.fromkeys(attempts["run_id"]))
+    assert table.loc["none/waf/0", "fact_survival"] == 0.25
+    assert pd.isna(table.loc["default/waf/0", "fact_survival"])
+    assert table.loc["none/waf/0", "outcome"] == "failed"
+    assert table.loc["none/waf/0", "failures_by_kind"] == "waf_rejection=1"
+    assert list(table["keep_recent"]) == [4, 4, 4, 8, 8]
+    assert table.loc["default/waf/0", "rejected_requests"] == 2
+
+
+def test_policy_episodes_carry_policy_and_scenario(attempts: pd.DataFrame) -> None:
+    found = policy_episodes(attempts)
+    assert list(found[["policy", "scenario", "rejected_requests", "recovered"]].itertuples(index=False)) == [
+        ("default", "waf", 2, True),
+        ("default", "waf", 2, True),
+        ("none", "waf", 3, False),
+    ]
+
+
+def test_comparison_table_rates_per_policy_and_scenario(summaries: pd.DataFrame) -> None:
+    table = comparison_table(summaries)
+    assert list(table.columns) == list(COMPARISON_COLUMNS)
+    assert list(table.index.names) == ["policy", "scenario"]
+    assert list(table.index) == [("default", "waf"), ("default", "quiet"), ("none", "waf"), ("none", "quiet")]
+    waf = table.loc[("default", "waf")]
+    assert (waf["runs"], waf["episodes"]) == (2, 2)
+    assert (waf["recovered_pct"], waf["rejected_per_episode"]) == (100.0, 2.0)
+    assert waf["summarizer_usd_per_100_turns"] == pytest.approx(0.06 / 8 * 100)
+    assert waf["fact_survival_pct"] == pytest.approx(75.0)
+    failed = table.loc[("none", "waf")]
+    assert (failed["episodes"], failed["recovered_pct"], failed["rejected_per_episode"]) == (1, 0.0, 3.0)
+    quiet = table.loc[("none", "quiet")]
+    assert math.isnan(quiet["recovered_pct"]) and math.isnan(quiet["rejected_per_episode"])
+    assert (table["chars_lost"] == 0).all()
+
+
+def test_comparison_table_without_fact_survival_reads_na(attempts: pd.DataFrame) -> None:
+    table = comparison_table(run_summaries(attempts).drop(columns=["fact_survival"]))
+    assert table["fact_survival_pct"].isna().all()
+
+
+def test_outcome_matrix_annotates_recovered_share_and_marks_cells_without_failures(
+    summaries: pd.DataFrame,
+) -> None:
+    figure = outcome_matrix(summaries)
+    axes = figure.axes[0]
+    assert texts(figure) == ["100%\n2/2", "—", "0%\n0/1", "—"]
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["default", "none"]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["waf", "quiet"]
+    assert axes.get_title() == "recovery outcome matrix (failure episodes recovered)"
+    assert figure.axes[1].get_ylabel() == "episodes recovered (%)"  # the colour bar
+
+
+def test_summarizer_cost_draws_usd_per_100_turns_per_policy(summaries: pd.DataFrame) -> None:
+    figure = summarizer_cost(summaries)
+    axes = figure.axes[0]
+    assert [bar.get_height() for bar in axes.patches] == pytest.approx([0.06 / 10 * 100, 0.0])
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["default", "none"]
+    assert texts(figure) == ["$0.6000", "$0.0000"]
+    assert axes.get_ylabel() == "summarizer USD per 100 turns"
+
+
+def test_rejected_per_episode_marks_means_and_the_physical_limit(attempts: pd.DataFrame) -> None:
+    figure = rejected_per_episode(policy_episodes(attempts))
+    axes = figure.axes[0]
+    assert collection(figure, "mean") == [(1, 2.0), (2, 3.0)]
+    assert texts(figure) == ["2.00", "3.00"]
+    (limit,) = [line for line in axes.get_lines() if line.get_label() == "physical limit (1)"]
+    assert list(limit.get_ydata()) == [1, 1]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["default", "none"]
+
+
+def test_cost_vs_fact_survival_highlights_the_pareto_front() -> None:
+    # policy → (prompt-size factor, fact survival): default beats dear (same survival, dearer) and worse.
+    policies = {"cheap": (0.5, 0.5), "default": (1.0, 0.8), "dear": (2.0, 0.8), "worse": (1.5, 0.4)}
+    frame = records_to_frame(
+        dataclasses.replace(record, estimated_tokens=int(record.estimated_tokens * factor))
+        for name, (factor, _survival) in policies.items()
+        for record in waf_run(f"{name}/waf/0")
+    )
+    table = run_summaries(frame)
+    table["fact_survival"] = [policies[name][1] for name in table["policy"]]
+    figure = cost_vs_fact_survival(table)
+    cost = comparison_table(table)["cache_adjusted_usd_per_100_turns"].droplevel("scenario")
+    assert list(cost.rank()) == [1, 2, 4, 3]
+    assert collection(figure, "Pareto front") == [(cost["cheap"], 50.0), (cost["default"], 80.0)]
+    assert collection(figure, "dominated") == [(cost["dear"], 80.0), (cost["worse"], 40.0)]
+    assert texts(figure) == ["cheap", "default", "dear", "worse"]
+
+
+def test_cost_vs_fact_survival_needs_fact_survival_values(attempts: pd.DataFrame) -> None:
+    with pytest.raises(ValueError, match="missing from the frame: fact_survival"):
+        cost_vs_fact_survival(run_summaries(attempts).drop(columns=["fact_survival"]))
+    with pytest.raises(ValueError, match="no policy has both a cost and a fact_survival value"):
+        cost_vs_fact_survival(run_summaries(attempts))
+
+
+@pytest.mark.parametrize(
+    "function", [outcome_matrix, summarizer_cost, comparison_table, cost_vs_fact_survival]
+)
+def test_summary_functions_name_the_missing_columns(summaries: pd.DataFrame, function) -> None:
+    with pytest.raises(ValueError, match=r"needs columns missing from the frame: turns, chars_lost; pass"):
+        function(summaries.drop(columns=["chars_lost", "turns"]))
+
+
+@pytest.mark.parametrize("function", [outcome_matrix, summarizer_cost, comparison_table])
+def test_summary_functions_refuse_an_empty_frame(summaries: pd.DataFrame, function) -> None:
+    with pytest.raises(ValueError, match="got an empty frame"):
+        function(summaries.iloc[0:0])
+
+
+def test_rejected_per_episode_names_the_missing_columns() -> None:
+    with pytest.raises(ValueError, match="missing from the frame: policy; pass episodes with their policy"):
+        rejected_per_episode(pd.DataFrame({"rejected_requests": [1]}))
+
+
+# -- markdown -----------------------------------------------------------------------------------
+def test_markdown_table_is_exact_with_a_named_index_na_and_escapes() -> None:
+    frame = pd.DataFrame(
+        {"policy": ["a|b", "c"], "recovered_pct": [100.0, math.nan], "chars_lost": [0, 12]},
+    ).set_index("policy")
+    assert markdown_table(frame) == (
+        "| policy | recovered_pct | chars_lost |\n"
+        "| ------ | ------------: | ---------: |\n"
+        "| a\\|b   |           100 |          0 |\n"
+        "| c      |             — |         12 |"
+    )
+
+
+def test_markdown_table_leaves_out_a_default_index_and_takes_a_float_format() -> None:
+    frame = pd.DataFrame({"x": [2 / 3], "note": ["two\nlines"]})
+    assert markdown_table(frame, float_format="{:.2f}") == (
+        "|    x | note      |\n"
+        "| ---: | --------- |\n"
+        "| 0.67 | two lines |"
+    )
+
+
+# -- run directories ----------------------------------------------------------------------------
+def write_run_dir(directory: Path, attempts: pd.DataFrame, manifest: object, *, timing: bool = True) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    frame = attempts if timing else attempts.drop(columns=["elapsed_ms"])
+    frame.to_csv(directory / ATTEMPTS_CSV, index=False, lineterminator="\n")  # as cli_output writes it
+    (directory / MANIFEST_JSON).write_text(json.dumps(manifest), encoding="utf-8")
+    return directory
+
+
+MANIFEST = {
+    "code_version": {"package": "0.1.0", "git": "abc1234"},
+    "runs": [{"run_id": "default/waf/0", "fact_survival": 1.0, "outcome": "recovered", "chars_lost": 0}],
+}
+
+
+def test_run_directory_file_names_match_the_cli() -> None:
+    assert (ATTEMPTS_CSV, MANIFEST_JSON) == (run_files.ATTEMPTS_CSV, run_files.MANIFEST_JSON)
+
+
+@pytest.mark.parametrize("timing", [True, False])
+def test_read_attempts_round_trips_the_typed_frame(
+    tmp_path: Path, attempts: pd.DataFrame, timing: bool
+) -> None:
+    notices = pd.Series(["⚠ a\nb"] + [""] * (len(attempts) - 1), dtype="string")
+    frame = attempts.assign(policy=attempts["policy"].replace({"none": "None"}), notices=notices)
+    back = read_attempts(write_run_dir(tmp_path, frame, MANIFEST, timing=timing) / ATTEMPTS_CSV)
+    expected = frame if timing else frame.drop(columns=["elapsed_ms"])
+    pd.testing.assert_frame_equal(back, expected)
+    assert "None" in set(back["policy"])  # a policy named None is not NA
+
+
+def test_read_attempts_names_the_file_and_the_missing_columns(tmp_path: Path, attempts: pd.DataFrame) -> None:
+    path = tmp_path / ATTEMPTS_CSV
+    attempts.drop(columns=["outcome", "turn"]).to_csv(path, index=False)
+    with pytest.raises(ValueError, match=rf"{ATTEMPTS_CSV}: the attempt table lacks columns turn, outcome"):
+        read_attempts(path)
+
+
+def test_write_report_writes_figures_and_tables(tmp_path: Path, attempts: pd.DataFrame) -> None:
+    run_dir = write_run_dir(tmp_path / "run", attempts, MANIFEST)
+    written = write_report(run_dir)
+    report = run_dir / REPORT_DIR
+    names = sorted(path.name for path in written)
+    assert all(path.parent == report and path.stat().st_size > 0 for path in written)
+    assert names == sorted(
+        [f"budget-{run.replace('/', '_')}.png" for run in dict.fromkeys(attempts["run_id"])]
+        + [f"{stem}.png" for stem in FIGURE_FILES.values()]
+        + [f"{table}.{ext}" for table in ("comparison", "runs", "episodes") for ext in ("csv", "md")]
+    )
+    assert all(path.read_bytes().startswith(PNG_SIGNATURE) for path in written if path.suffix == ".png")
+    comparison = pd.read_csv(report / "comparison.csv")
+    assert list(comparison.columns) == ["policy", "scenario", *COMPARISON_COLUMNS]
+    assert (report / "comparison.md").read_text(encoding="utf-8").startswith("| policy  | scenario | runs |")
+    assert len(pd.read_csv(report / "runs.csv")) == 5 and len(pd.read_csv(report / "episodes.csv")) == 3
+
+
+@pytest.mark.parametrize(("policy", "formats"), [("none", ("png",)), ("quiet", ("png", "svg", "pdf"))])
+def test_write_report_is_byte_identical_across_calls(
+    tmp_path: Path, attempts: pd.DataFrame, policy: str, formats: tuple[str, ...]
+) -> None:
+    frame = attempts[attempts["policy"] == policy]
+    if frame.empty:
+        frame = records_to_frame(quiet_run(f"{policy}/s/0"))
+    run_dir = write_run_dir(tmp_path / "run", frame, MANIFEST)
+    first = {p.name: p.read_bytes() for p in write_report(run_dir, formats=formats)}
+    second = {p.name: p.read_bytes() for p in write_report(run_dir, formats=formats, out_dir=tmp_path / "b")}
+    assert first == second
+    assert {name.rsplit(".", 1)[1] for name in first} == {*formats, "csv", "md"}
+
+
+def test_write_report_skips_figures_the_data_does_not_support(tmp_path: Path) -> None:
+    frame = records_to_frame(quiet_run("p/s/0"))
+    written = write_report(write_run_dir(tmp_path, frame, {"runs": []}))
+    figures = sorted(p.name for p in written if p.suffix == ".png")
+    assert figures == ["budget-p_s_0.png", "summarizer-cost.png"]  # no episodes, no fact survival
+
+
+def test_write_report_prefers_the_summary_csv(tmp_path: Path, attempts: pd.DataFrame) -> None:
+    attempts = attempts[attempts["policy"] == "none"]
+    run_dir = write_run_dir(tmp_path, attempts, {})
+    summaries = run_summaries(attempts).assign(fact_survival=0.5, policy="renamed")
+    summaries.to_csv(run_dir / SUMMARY_CSV, index=False)
+    assert list(load_run(run_dir).summaries["policy"].unique()) == ["renamed"]
+    write_report(run_dir)
+    comparison = pd.read_csv(run_dir / REPORT_DIR / "comparison.csv")
+    assert set(comparison["policy"]) == {"renamed"} and set(comparison["fact_survival_pct"]) == {50.0}
+
+
+def test_write_report_checks_the_summary_csv_columns(tmp_path: Path, attempts: pd.DataFrame) -> None:
+    run_dir = write_run_dir(tmp_path, attempts, {})
+    run_summaries(attempts).drop(columns=["turns"]).to_csv(run_dir / SUMMARY_CSV, index=False)
+    with pytest.raises(ValueError, match=rf"{SUMMARY_CSV}: the run summary table lacks columns turns"):
+        write_report(run_dir)
+
+
+@pytest.mark.parametrize(
+    ("missing", "error", "message"),
+    [
+        (ATTEMPTS_CSV, FileNotFoundError, rf"{ATTEMPTS_CSV}: no attempt table"),
+        (MANIFEST_JSON, FileNotFoundError, rf"{MANIFEST_JSON}: no run manifest"),
+    ],
+)
+def test_write_report_names_the_missing_file(
+    tmp_path: Path, attempts: pd.DataFrame, missing: str, error: type[Exception], message: str
+) -> None:
+    run_dir = write_run_dir(tmp_path, attempts, MANIFEST)
+    (run_dir / missing).unlink()
+    with pytest.raises(error, match=message):
+        write_report(run_dir)
+    assert not (run_dir / REPORT_DIR).exists()
+
+
+def test_write_report_rejects_a_bad_manifest_a_missing_directory_and_unknown_formats(
+    tmp_path: Path, attempts: pd.DataFrame
+) -> None:
+    run_dir = write_run_dir(tmp_path, attempts, MANIFEST)
+    (run_dir / MANIFEST_JSON).write_text("{\n  oops\n}", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{MANIFEST_JSON}:2: the manifest is not valid JSON"):
+        write_report(run_dir)
+    (run_dir / MANIFEST_JSON).write_text("[]", encoding="utf-8")
+    with pytest.raises(ValueError, match="the manifest must be a JSON object, got list"):
+        write_report(run_dir)
+    with pytest.raises(FileNotFoundError, match="no such run directory"):
+        write_report(tmp_path / "absent")
+    with pytest.raises(ValueError, match=r"formats must be among png, svg, pdf; got \['jpg'\]"):
+        write_report(run_dir, formats=("jpg",))
+
+
+def test_write_report_reads_a_real_ctxsim_run_directory(tmp_path: Path) -> None:
+    from simulator.cli import main
+
+    run_dir = tmp_path / "run"
+    main(["run", "--scenarios", "anthropic-200k-overflow", "--no-timing", "--no-figures",
+          "--out", str(run_dir)])
+    data = load_run(run_dir)
+    assert set(RUN_COLUMNS) - set(data.attempts.columns) == {"elapsed_ms"}
+    written = write_report(run_dir)
+    names = {path.name for path in written}
+    assert {f"{FIGURE_FILES[name]}.png" for name in FIGURE_FILES} <= names
+    assert data.summaries["fact_survival"].notna().all()
