@@ -5,8 +5,8 @@ or ``"chat"``). This module adds the two other shapes:
 
 - :func:`oneshot`: one prompt, one answer; notices go to stderr so stdout stays pipeable.
 - :class:`Panel`: several participants answer the same prompt, each compacting
-  its own thread; one participant's failure is reported for that participant
-  and does not fail the panel.
+  its own thread; one participant's failure — whatever it is — is reported for
+  that participant and does not fail the panel.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ctxrecover.errors import RecoveryError
 from ctxrecover.events import StderrRenderer
 from ctxrecover.messages import Message
 from ctxrecover.senders import Sender
@@ -49,11 +48,16 @@ def oneshot(
 
 @dataclass(frozen=True, slots=True)
 class PanelAnswer:
-    """One participant's answer, or the error that ended its turn."""
+    """One participant's answer, or the error that ended its turn.
+
+    ``error`` is the exception as raised: a :class:`~ctxrecover.errors.RecoveryError`
+    (with its classified failure), another library error such as an
+    :class:`~ctxrecover.errors.ArchiveError`, or whatever the participant's sender raised.
+    """
 
     name: str
     message: Message | None
-    error: RecoveryError | None
+    error: Exception | None
 
     @property
     def ok(self) -> bool:
@@ -73,12 +77,18 @@ class Panel:
         self.participants = dict(participants)
 
     def ask(self, prompt: str) -> dict[str, PanelAnswer]:
-        """Give ``prompt`` to every participant; a failure stays that participant's."""
+        """Give ``prompt`` to every participant; a failure stays that participant's.
+
+        Every participant receives the prompt and gets an answer, in order, whatever
+        an earlier one raised: an exception ends only its own participant's turn and
+        is returned in its :class:`PanelAnswer` (interrupts such as
+        ``KeyboardInterrupt`` still stop the panel).
+        """
         answers: dict[str, PanelAnswer] = {}
         for name, session in self.participants.items():
-            session.add(Message.user(prompt))
             try:
+                session.add(Message.user(prompt))
                 answers[name] = PanelAnswer(name, session.complete(), None)
-            except RecoveryError as exc:
+            except Exception as exc:  # noqa: BLE001 — one participant's failure never fails the panel
                 answers[name] = PanelAnswer(name, None, exc)
         return answers

@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from ctxrecover.classify import FailureKind
-from ctxrecover.errors import UnrecoverableFailure
+from ctxrecover.archive import MemoryArchive
+from ctxrecover.errors import ArchiveError, UnrecoverableFailure
 from ctxrecover.loops import Panel, PanelAnswer, oneshot
 from ctxrecover.messages import Message
 from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
@@ -116,6 +117,58 @@ def test_panel_recovers_one_participant_and_reports_another_participants_failure
     assert editor.stats.recoveries == 1
     assert [m.content for m in author.history] == ["Review the plan"]
     assert critic.history[0].content == "You are the critic."
+
+
+class FailingArchive(MemoryArchive):
+    """An archive whose writes fail: the participant's recovery cannot archive what it cuts."""
+
+    def put(self, content: str) -> str:
+        raise ArchiveError("archive volume is read-only")
+
+    def put_keyed(self, entries: object) -> None:
+        raise ArchiveError("archive volume is read-only")
+
+
+class BrokenSender:
+    """A participant's own sender with a bug: the session reports it as an unrecoverable failure."""
+
+    wire_format = WireFormat.OPENAI_CHAT
+    model = "gpt-4o"
+
+    def send(self, request: ChatRequest) -> ChatResponse:
+        raise KeyError("choices")
+
+
+class Answers:
+    """Answers every request with ``text``."""
+
+    wire_format = WireFormat.OPENAI_CHAT
+    model = "gpt-4o"
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def send(self, request: ChatRequest) -> ChatResponse:
+        return ChatResponse(Message.assistant(self.text), "stop", False, Usage(), request_bytes=0)
+
+
+def test_panel_contains_any_participant_error_and_every_participant_gets_the_prompt() -> None:
+    first = Session(Answers("first answer"))
+    archiving = Session(OverflowOnce("never seen"), archive=FailingArchive())
+    archiving.extend([Message.user("Earlier context " * 2_000), Message.assistant("Noted.")])
+    broken = Session(BrokenSender())
+    last = Session(Answers("last answer"))
+    panel = Panel({"first": first, "archiving": archiving, "broken": broken, "last": last})
+
+    answers = panel.ask("Review the plan")
+
+    assert list(answers) == ["first", "archiving", "broken", "last"]
+    assert isinstance(answers["archiving"].error, ArchiveError) and answers["archiving"].message is None
+    assert isinstance(answers["broken"].error, UnrecoverableFailure) and not answers["broken"].ok
+    assert answers["first"].ok and answers["last"].ok
+    assert answers["last"].message is not None and answers["last"].message.content == "last answer"
+    for session in (first, archiving, broken, last):
+        assert any(m.role == "user" and m.content == "Review the plan" for m in session.history)
 
 
 def test_panel_needs_a_participant() -> None:
