@@ -186,7 +186,7 @@ class _Folder:
         else:
             key, original = previewed
             keys = [key, *extract_keys(content)]
-        stub = SUMMARY_TEXT % (original.count("\n") + 1, len(original), content_kind(original))
+        stub = SUMMARY_TEXT % (len(original.splitlines()), len(original), content_kind(original))
         return stub + recall_suffixes(keys)
 
     def truncate(self, content: str) -> str:

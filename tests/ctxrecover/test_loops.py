@@ -7,8 +7,8 @@ import io
 import httpx
 import pytest
 
-from ctxrecover.classify import FailureKind
 from ctxrecover.archive import MemoryArchive
+from ctxrecover.classify import FailureKind
 from ctxrecover.errors import ArchiveError, UnrecoverableFailure
 from ctxrecover.loops import Panel, PanelAnswer, oneshot
 from ctxrecover.messages import Message

@@ -17,7 +17,7 @@ SUMMARY = "[Old tool result cleared — %d lines, %d chars, %s]"
 TRUNCATION = "\n[... %d chars omitted from old tool result ...]\n"
 RECALL = "\n[full content recoverable via @recall %s]"
 
-BIG = "".join(f"row {n:05d} {'x' * 30}\n" for n in range(200))  # 201 lines, 8200 chars
+BIG = "".join(f"row {n:05d} {'x' * 30}\n" for n in range(200))  # 200 lines, each ending in "\n"; 8200 chars
 
 
 def aged(message: Message, age: int) -> list[Message]:
@@ -78,7 +78,7 @@ PAD = "\n" + "\n".join(["." * 60] * 60)  # 61 lines of padding, no type keywords
 def test_result_four_turns_old_becomes_one_line_summary_with_its_type(start: str, kind: str) -> None:
     content = start + PAD * 2
     out, report, archive = run(aged(Message.tool("t1", content), 4))
-    lines = content.count("\n") + 1
+    lines = len(content.splitlines())
     expected = SUMMARY % (lines, len(content), kind) + RECALL % marker(archive_key(content))
     assert out[2].content == expected
     assert report.summarized == 1 and report.truncated == 0
@@ -92,7 +92,7 @@ def test_preview_is_summarized_later_keeping_the_original_key_and_size() -> None
     assert len(preview) < 3000
     later = first + [Message.assistant("a"), Message.assistant("b")]
     out, report, _ = run(later, archive)
-    assert out[2].content == SUMMARY % (201, 8200, "text") + RECALL % marker(archive_key(BIG))
+    assert out[2].content == SUMMARY % (200, 8200, "text") + RECALL % marker(archive_key(BIG))
     assert report == MicrocompactReport(summarized=1, chars_freed=len(preview) - len(out[2].content))
     assert len(archive) == 1, "a preview is never archived again"
 
@@ -107,6 +107,20 @@ def test_tool_result_budget_preview_is_summarized_with_the_original_size() -> No
     assert report.summarized == 1
 
 
+@pytest.mark.parametrize(
+    ("content", "lines"),
+    [
+        (("a" * 20 + "\n") * 201, 201),  # a trailing newline ends the last line, it starts no other
+        (("a" * 20 + "\n") * 200 + "a", 201),
+        ("a\r\n" * 3000, 3000),
+        ("x" * 4000, 1),
+    ],
+)
+def test_summary_counts_lines_as_splitlines_does(content: str, lines: int) -> None:
+    out, _, _ = run(aged(Message.tool("t1", content), 4))
+    assert out[2].content.startswith(SUMMARY % (lines, len(content), "text"))
+
+
 def test_markers_lost_by_the_stub_get_their_own_recall_lines() -> None:
     embedded = marker("0123456789abcdef")
     content = BIG + embedded + BIG
@@ -115,7 +129,7 @@ def test_markers_lost_by_the_stub_get_their_own_recall_lines() -> None:
     assert truncated[2].content.endswith(RECALL % marker(archive_key(content)) + RECALL % embedded)
     summarized, _, _ = run(aged(Message.tool("t1", content), 5))
     assert summarized[2].content == (
-        SUMMARY % (401, len(content), "text") + RECALL % marker(archive_key(content)) + RECALL % embedded
+        SUMMARY % (400, len(content), "text") + RECALL % marker(archive_key(content)) + RECALL % embedded
     )
 
 
@@ -124,7 +138,7 @@ def test_agent_feedback_is_a_candidate_but_real_user_text_is_not() -> None:
     user_text = Message.user(BIG)
     history = [feedback, user_text] + [Message.assistant(str(n)) for n in range(4)]
     out, report, _ = run(history)
-    assert out[0].content.startswith(SUMMARY % (201, 8200, "text")) and out[0].agent_feedback
+    assert out[0].content.startswith(SUMMARY % (200, 8200, "text")) and out[0].agent_feedback
     assert out[1] is user_text
     assert report.summarized == 1
 
