@@ -111,6 +111,15 @@ INT_MINIMUMS: Mapping[str, int] = MappingProxyType(
     }
 )
 
+# Pairs of fields that must stay ordered (first <= second), with why.
+ORDERED_FIELDS: tuple[tuple[str, str, str], ...] = (
+    (
+        "microcompact_truncate_turns",
+        "microcompact_summarize_turns",
+        "old tool results are previewed before they are summarized",
+    ),
+)
+
 # Why a minimum exists, appended to the validation message.
 FIELD_HINTS: Mapping[str, str] = MappingProxyType(
     {
@@ -258,6 +267,12 @@ class Policy:
                 raise ConfigError(problem)
             if f.name in RATIO_FIELDS or f.name in POSITIVE_FLOAT_FIELDS:
                 object.__setattr__(self, f.name, float(value))
+        for lower, higher, why in ORDERED_FIELDS:
+            if getattr(self, lower) > getattr(self, higher):
+                raise ConfigError(
+                    f"Policy.{lower} ({getattr(self, lower)!r}) must be <= Policy.{higher} "
+                    f"({getattr(self, higher)!r}): {why}"
+                )
 
     @classmethod
     def fields(cls) -> tuple[str, ...]:
@@ -307,10 +322,23 @@ class Policy:
                 warnings.warn(message, ConfigWarning, stacklevel=2)
             elif parsed is not _UNSET:
                 changes[name] = parsed
+        for lower, higher, why in ORDERED_FIELDS:
+            low, high = changes.get(lower, getattr(start, lower)), changes.get(higher, getattr(start, higher))
+            if low > high:
+                message = (
+                    f"{_ENV_NAMES[lower]}={low!r} and {_ENV_NAMES[higher]}={high!r} ignored ({lower} must be "
+                    f"<= {higher}: {why}); keeping the defaults {getattr(start, lower)!r} and "
+                    f"{getattr(start, higher)!r}"
+                )
+                changes.pop(lower, None)
+                changes.pop(higher, None)
+                problems.append(message)
+                warnings.warn(message, ConfigWarning, stacklevel=2)
         return dataclasses.replace(start, **changes, env_problems=start.env_problems + tuple(problems))
 
 
 _UNSET = object()  # an env value that means "not set" (e.g. an empty CHATCLI_MAX_PAYLOAD)
+_ENV_NAMES: Mapping[str, str] = MappingProxyType({name: variable for variable, name in ENV_VARIABLES.items()})
 
 
 def _as_float(value: object) -> float | None:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from ctxrecover.errors import ConfigError
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from simulator.proxy.scenario import Scenario, list_scenarios, load_scenario
 from simulator.replay import ReplayResult, replay
@@ -68,6 +69,7 @@ POLICY_SLIDERS: Mapping[str, tuple[float, float, float, str]] = MappingProxyType
 # Argument order of run_replay's controls (the dashboard shows them in this order).
 CONTROL_NAMES: tuple[str, ...] = ("scenario", "transcript", *POLICY_SLIDERS, "summarizer")
 DASHBOARD_POLICY_NAME = "dashboard"
+INVALID_POLICY_PREFIX = "⚠ no replay: "
 FIGURE_DPI = 100
 PNG_METADATA = MappingProxyType({"Software": None})  # no version stamp: same figure, same bytes
 SLIDER_WIDTH = "460px"
@@ -219,8 +221,9 @@ def replay_dashboard(
 
     ``controls`` default to :func:`replay_controls` (pass your own to start elsewhere
     or to drive them from code). The output area shows the budget curve as a PNG and
-    the summary table; ``.result`` is the last ``(Figure, summary)``. Display it as
-    the last expression of a cell.
+    the summary table; ``.result`` is the last ``(Figure, summary)``, or None when the
+    controls make no valid policy together (the output area then says why). Display it
+    as the last expression of a cell.
     """
     from IPython.display import Image, display
     from ipywidgets import interactive
@@ -230,8 +233,12 @@ def replay_dashboard(
     if missing:
         raise ValueError(f"replay_dashboard needs the controls {', '.join(missing)} (see replay_controls)")
 
-    def show(**values: Any) -> tuple[Figure, dict[str, Any]]:
-        figure, summary = run_replay(**values, base_policy=base_policy, seed=seed, replay_fn=replay_fn)
+    def show(**values: Any) -> tuple[Figure, dict[str, Any]] | None:
+        try:
+            figure, summary = run_replay(**values, base_policy=base_policy, seed=seed, replay_fn=replay_fn)
+        except ConfigError as exc:  # sliders that make no valid policy together (an inverted pair)
+            display(f"{INVALID_POLICY_PREFIX}{exc}")
+            return None
         display(Image(data=figure_png(figure)), summary_frame(summary))
         return figure, summary
 

@@ -378,3 +378,43 @@ def test_good_and_bad_values_together_apply_the_good_ones() -> None:
     with pytest.warns(ConfigWarning, match="CHATCLI_TOOL_RESULT_MAX_CHARS='0'"):
         policy = Policy.from_env(env)
     assert (policy.max_token_escalations, policy.tool_result_max_chars) == (4, 20_000)
+
+
+# -- ordered pairs ---------------------------------------------------------------
+
+
+def test_an_inverted_microcompact_pair_warns_once_naming_both_variables_and_keeps_both_defaults() -> None:
+    env = {"CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "5", "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "2"}
+    with pytest.warns(ConfigWarning) as record:
+        policy = Policy.from_env(env)
+    [text] = warning_texts(record)
+    assert text == (
+        "CHATCLI_MICROCOMPACT_TRUNCATE_TURNS=5 and CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS=2 ignored "
+        "(microcompact_truncate_turns must be <= microcompact_summarize_turns: old tool results are "
+        "previewed before they are summarized); keeping the defaults 2 and 4"
+    )
+    assert (policy.microcompact_truncate_turns, policy.microcompact_summarize_turns) == (2, 4)
+    assert policy.env_problems == (text,)
+
+
+def test_one_variable_that_inverts_the_pair_against_the_other_default_is_refused_too() -> None:
+    with pytest.warns(ConfigWarning, match="CHATCLI_MICROCOMPACT_TRUNCATE_TURNS=6 and "):
+        policy = Policy.from_env({"CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "6"})
+    assert (policy.microcompact_truncate_turns, policy.microcompact_summarize_turns) == (2, 4)
+
+
+def test_an_ordered_pair_from_the_environment_applies_without_a_warning(
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    env = {"CHATCLI_MICROCOMPACT_TRUNCATE_TURNS": "3", "CHATCLI_MICROCOMPACT_SUMMARIZE_TURNS": "3"}
+    policy = Policy.from_env(env)
+    assert (policy.microcompact_truncate_turns, policy.microcompact_summarize_turns) == (3, 3)
+    assert warning_texts(recwarn) == [] and policy.env_problems == ()
+
+
+def test_constructing_an_inverted_pair_raises_naming_both_fields() -> None:
+    with pytest.raises(ConfigError, match=r"Policy.microcompact_truncate_turns \(5\) must be <= "
+                                          r"Policy.microcompact_summarize_turns \(2\)"):
+        Policy(microcompact_truncate_turns=5, microcompact_summarize_turns=2)
+    with pytest.raises(ConfigError, match="microcompact_truncate_turns"):
+        DEFAULT_POLICY.replace(microcompact_summarize_turns=1)

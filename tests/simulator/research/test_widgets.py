@@ -225,3 +225,19 @@ def test_summary_frame_has_one_row_per_key_and_a_dash_for_none() -> None:
 
     assert list(frame.index) == ["outcome", "learned_cap", "attempts"]
     assert list(frame["value"]) == ["recovered", "—", "16"]
+
+
+def test_sliders_that_invert_an_ordered_pair_say_why_instead_of_replaying(
+    spy: ReplaySpy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    controls = controls_for()
+    dashboard = replay_dashboard(controls, replay_fn=spy)
+    capsys.readouterr()
+
+    controls["microcompact_truncate_turns"].value = 9  # past summarize-after (4)
+
+    assert len(spy.calls) == 1 and dashboard.result is None
+    # outside a kernel the output area's display() prints
+    assert "⚠ no replay: Policy.microcompact_truncate_turns (9) must be <=" in capsys.readouterr().out
+    controls["microcompact_summarize_turns"].value = 12  # the pair is ordered again: replays
+    assert len(spy.calls) == 2 and dashboard.result is not None
