@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,14 @@ def test_the_tests_mirror_the_packages() -> None:
     for package, wings in (("ctxrecover", LIBRARY_WINGS), ("simulator", SIMULATOR_WINGS)):
         for wing in wings:
             assert (ROOT / "tests" / package / wing).is_dir(), f"tests/{package}/{wing} is missing"
+
+
+def test_no_test_skips_for_a_missing_library_module() -> None:
+    """The library is always there: a test guarded by importorskip on it would silently stop running."""
+    guarded = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if re.search(r"importorskip\(\s*[\"']ctxrecover", line)
+    ]
+    assert guarded == []

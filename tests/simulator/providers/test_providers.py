@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ctxrecover.classify import classify
 from ctxrecover.messages import ToolCall
 from simulator.providers.mock import (
     DEFAULT_PRICE,
@@ -73,8 +74,7 @@ def post(provider: MockProvider, body: Any, path: str | None = None) -> httpx.Re
 
 
 def classify_kind(response: httpx.Response) -> str:
-    module = pytest.importorskip("ctxrecover.classify", reason="ctxrecover.classify not merged yet")
-    failure = module.classify(status=response.status_code, body=response.text, headers=dict(response.headers))
+    failure = classify(status=response.status_code, body=response.text, headers=dict(response.headers))
     return str(failure.kind)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ctxrecover.classify import classify
 from simulator.providers.mock import MockProvider
 from simulator.proxy.faults import (
     BedrockHtml403,
@@ -41,13 +42,12 @@ def request(size: int, url: str = URL, headers: dict[str, str] | None = None) ->
     return httpx.Request("POST", url, content=b"x" * size, headers=headers)
 
 
-def classify(**kwargs: Any) -> str:
-    module = pytest.importorskip("ctxrecover.classify", reason="ctxrecover.classify not merged yet")
-    return str(module.classify(**kwargs).kind)
+def classify_kind(**kwargs: Any) -> str:
+    return str(classify(**kwargs).kind)
 
 
 def classify_response(response: httpx.Response) -> str:
-    return classify(status=response.status_code, body=response.text, headers=dict(response.headers))
+    return classify_kind(status=response.status_code, body=response.text, headers=dict(response.headers))
 
 
 # -- body caps (413) ------------------------------------------------------------------
@@ -267,7 +267,7 @@ def test_dropped_connections_classify_by_history_size(fault: Fault, history_char
     box = Middlebox(ok_upstream, [fault], sleep=lambda _: None)
     with pytest.raises(httpx.TransportError) as caught:
         box(request(100))
-    assert classify(error=caught.value, request_bytes=100, history_chars=history_chars) == kind
+    assert classify_kind(error=caught.value, request_bytes=100, history_chars=history_chars) == kind
 
 
 # -- conditions, probability, records ------------------------------------------------------------
