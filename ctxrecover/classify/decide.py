@@ -6,7 +6,10 @@ exception (httpx/httpx2/httpcore errors, ``openai``/``anthropic`` SDK errors,
 OS errors, read by duck typing through ``__cause__``/``__context__``), the size
 of the rejected request and of the history — and returns a :class:`Failure`.
 It never raises: anything unexpected while reading the inputs yields
-``kind=other`` with the reason in ``evidence``.
+``kind=other`` with the reason in ``evidence``. It is a one-way pipeline:
+:func:`~ctxrecover.classify.evidence.gather` reads every input once into a frozen
+:class:`~ctxrecover.classify.evidence.Evidence`, then :func:`decide` maps that value
+to a :class:`Failure` without reading anything else.
 
 Rules, first match wins (every phrase list is a table in :mod:`ctxrecover.classify.tables`)::
 
@@ -39,20 +42,12 @@ Backticks are dropped before matching, so ``tool_use`` and `` `tool_use` `` matc
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ctxrecover.classify.evidence import (
-    Exchange,
-    gather,
-    http_status,
-    is_error_doc,
-    json_objects,
-    positive_int,
-)
+from ctxrecover.classify.evidence import Evidence, gather, http_status
 from ctxrecover.classify.tables import (
     AUTH_PHRASES,
     AUTH_STATUSES,
@@ -105,7 +100,7 @@ from ctxrecover.classify.tables import (
 )
 from ctxrecover.sizes import format_payload_size
 
-__all__ = ["Failure", "FailureKind", "classify"]
+__all__ = ["Failure", "FailureKind", "classify", "decide"]
 
 # -- public values -----------------------------------------------------------------------------
 
@@ -188,7 +183,7 @@ def _values_at(doc: object, path: str) -> list[object]:
         nxt: list[object] = []
         for node in current:
             value = node.get(key) if isinstance(node, Mapping) else None
-            if is_list and isinstance(value, list):
+            if is_list and isinstance(value, list | tuple):
                 nxt.extend(value)
             elif not is_list and value is not None:
                 nxt.append(value)
@@ -196,10 +191,10 @@ def _values_at(doc: object, path: str) -> list[object]:
     return current
 
 
-def _success_outcome(docs: list[object]) -> Failure | None:
+def _success_outcome(x: Evidence) -> Failure | None:
     """ok / output_truncated when the body is a provider's successful response."""
-    mappings = json_objects(docs)
-    if not mappings or any(is_error_doc(d) for d in mappings):
+    mappings = x.body_objects
+    if not mappings or x.body_is_error:
         return None
     stop: tuple[str, str] | None = None  # (stop reason, wire)
     truncated: tuple[str, str, str] | None = None  # (stop reason, wire, evidence)
@@ -233,7 +228,7 @@ def _find_word(text: str, words: tuple[str, ...]) -> str | None:
     return next((w for w in words if re.search(rf"\b{re.escape(w)}\b", text)), None)
 
 
-def _class_hit(x: Exchange, names: tuple[str, ...]) -> str | None:
+def _class_hit(x: Evidence, names: tuple[str, ...]) -> str | None:
     return next((n for n, root in x.classes if n in names and root in NETWORK_MODULE_ROOTS), None)
 
 
@@ -252,14 +247,8 @@ def _overflow_hit(text: str, status: int | None, subjects: tuple[str, ...]) -> s
     return None
 
 
-def _is_html(x: Exchange) -> bool:
-    content_type = x.headers.get("content-type", "").lower()
-    if "text/html" in content_type:
-        return True
-    return any(b.lstrip()[:1] == "<" and not b.lstrip()[:5].lower() == "<?xml" for b in x.raw_bodies)
-
-
-def _network_kind(x: Exchange, text: str, history_chars: int) -> tuple[FailureKind, str] | None:
+def _network_kind(x: Evidence) -> tuple[FailureKind, str] | None:
+    text, history_chars = x.text, x.history_chars
     hit = _class_hit(x, TIMEOUT_CLASSES) or _find(text, TIMEOUT_PHRASES)
     if hit:
         return FailureKind.TRANSIENT_NETWORK, hit
@@ -276,8 +265,8 @@ def _network_kind(x: Exchange, text: str, history_chars: int) -> tuple[FailureKi
     return (FailureKind.TRANSIENT_NETWORK, hit) if hit else None
 
 
-def _decide(x: Exchange, text: str, history_chars: int) -> tuple[FailureKind, str]:
-    status = x.status
+def _decide(x: Evidence) -> tuple[FailureKind, str]:
+    status, text = x.status, x.text
     if status in RATE_LIMIT_STATUSES:
         return FailureKind.RATE_LIMIT, f"status {status}"
     rate = _find(text, RATE_LIMIT_PHRASES) or _find_word(text, RATE_LIMIT_WORDS)
@@ -308,7 +297,7 @@ def _decide(x: Exchange, text: str, history_chars: int) -> tuple[FailureKind, st
             or _find_word(text, WAF_SIGNAL_WORDS)
             or _find(text, HTML_AS_JSON_PHRASES)
             or next((h for h in WAF_SIGNAL_HEADERS if h in x.headers), None)
-            or ("html body" if _is_html(x) else None)
+            or ("html body" if x.is_html else None)
         )
         if signal:
             return FailureKind.WAF_REJECTION, signal
@@ -320,7 +309,7 @@ def _decide(x: Exchange, text: str, history_chars: int) -> tuple[FailureKind, st
     if malformed:
         return FailureKind.MALFORMED_HISTORY, malformed
     if status is None or status < 400 or status in TRANSIENT_STATUSES:  # a 200 stream can still drop
-        network = _network_kind(x, text, history_chars)
+        network = _network_kind(x)
         if network:
             return network
     overflow = _overflow_hit(text, status, OVERFLOW_SUBJECT_WORDS)
@@ -342,9 +331,9 @@ def _decide(x: Exchange, text: str, history_chars: int) -> tuple[FailureKind, st
     return FailureKind.OTHER, f"status {status}" if status else "no known signal"
 
 
-def _shape_provider(docs: list[object]) -> str | None:
+def _shape_provider(x: Evidence) -> str | None:
     """The provider whose error-body shape this is (compatible servers copy OpenAI's)."""
-    for doc in json_objects(docs):
+    for doc in x.objects:
         inner = doc.get("error")
         if doc.get("type") == "error" and isinstance(inner, Mapping) and "type" in inner:
             return "anthropic"
@@ -357,12 +346,12 @@ def _shape_provider(docs: list[object]) -> str | None:
     return None
 
 
-def _identify(x: Exchange, text: str) -> tuple[str | None, str | None]:
+def _identify(x: Evidence, text: str) -> tuple[str | None, str | None]:
     """(provider, middlebox), best effort."""
     provider = next((p for url in x.urls for host, p in HOST_PROVIDERS if host in url), None)
     hints = f"{text} {x.headers.get('x-amzn-errortype', '').lower()}"
     provider = provider or next((p for hint, p in TEXT_PROVIDERS if hint in hints), None)
-    provider = provider or _shape_provider(x.body_docs + x.error_docs)
+    provider = provider or _shape_provider(x)
     provider = provider or next(
         (p for name in x.headers for prefix, p in HEADER_PROVIDERS if name.startswith(prefix)), None
     )
@@ -375,33 +364,22 @@ def _identify(x: Exchange, text: str) -> tuple[str | None, str | None]:
     return provider, middlebox
 
 
-def _chars(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    return int(value) if math.isfinite(value) else 0
-
-
-def _classify(
-    error: object, status: object, body: object, headers: object, request_bytes: object, history_chars: object
-) -> Failure:
-    x = gather(error, status, body, headers)
+def decide(x: Evidence) -> Failure:
+    """The :class:`Failure` the evidence shows (SPEC §2); reads ``x`` only, gathers nothing."""
     if not x.has_error and (x.status is None or x.status < 400):
-        success = _success_outcome(x.body_docs)
+        success = _success_outcome(x)
         if success is not None:
             provider = success.provider or _identify(x, "")[0]
             return dataclasses.replace(success, provider=provider, status=x.status)
-    history = _chars(history_chars)
-    text = "\n".join(x.texts).lower().replace("`", "")
-    kind, evidence = _decide(x, text, history)
+    text = x.text
+    kind, evidence = _decide(x)
     provider, middlebox = _identify(x, text)
     if kind in PAYLOAD_KINDS and middlebox:
         provider = middlebox
     reason, reason_text = REASONS.get(kind, (None, None))
     if kind is FailureKind.SUSPECTED_PAYLOAD and reason_text:
-        reason_text = reason_text % format_payload_size(history)
-    rejected = None if kind in (FailureKind.OK, FailureKind.OUTPUT_TRUNCATED) else (
-        positive_int(request_bytes) or x.rejected_bytes
-    )
+        reason_text = reason_text % format_payload_size(x.history_chars)
+    rejected = None if kind in (FailureKind.OK, FailureKind.OUTPUT_TRUNCATED) else x.request_bytes
     limit = _context_limit(text) if kind is FailureKind.CONTEXT_OVERFLOW else None
     return Failure(
         kind, reason=reason, reason_text=reason_text, provider=provider or middlebox, status=x.status,
@@ -437,7 +415,7 @@ def classify(
     <FailureKind.CONTEXT_OVERFLOW: 'context_overflow'>
     """
     try:
-        return _classify(error, status, body, headers, request_bytes, history_chars)
+        return decide(gather(error, status, body, headers, request_bytes, history_chars))
     except Exception as exc:  # the documented fallback: a classifier must never mask the real failure
         evidence = f"unclassifiable: {type(exc).__name__}"
         return Failure(FailureKind.OTHER, status=http_status(status), evidence=evidence)
