@@ -47,56 +47,63 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ctxrecover.classify.blockpage import read_block
 from ctxrecover.classify.evidence import Evidence, gather, http_status
+from ctxrecover.classify.identify import identify
 from ctxrecover.classify.tables import (
     AUTH_PHRASES,
     AUTH_STATUSES,
-    CONTEXT_LIMIT_PATTERNS,
+    BILLING_STATUSES,
     CONTEXT_OVERFLOW_PHRASES,
     EOF_RESET_CLASSES,
     EOF_RESET_PHRASES,
     EOF_WORD,
-    FORBIDDEN_STATUS_TOKEN,
     GO_EOF_SUFFIX,
-    HEADER_PROVIDERS,
-    HOST_PROVIDERS,
+    HEADER_REASON,
+    HEADER_STATUS,
     HTML_AS_JSON_PHRASES,
     MALFORMED_HISTORY_PHRASES,
-    MIDDLEBOX_HEADERS,
-    MIDDLEBOX_TEXT,
-    MODULE_PROVIDERS,
     NETWORK_MODULE_ROOTS,
-    NOT_OVERFLOW_PHRASES,
+    NOT_FOUND_PHRASES,
+    NOT_FOUND_STATUS,
     NOTICE_TEMPLATE,
-    OPENAI_ERROR_KEYS,
     OUTPUT_TRUNCATED_CLASSES,
     OUTPUT_TRUNCATION_STOP_REASONS,
-    OVERFLOW_EXCESS_WORDS,
-    OVERFLOW_FALLBACK_STATUSES,
-    OVERFLOW_SUBJECT_WORDS,
-    OVERFLOW_SUBJECT_WORDS_413,
-    PAYLOAD_PHRASES,
+    OVERFLOW_SUBJECT_413,
     PAYLOAD_REASON_PHRASES,
-    PAYLOAD_STATUS_TOKEN,
     PAYLOAD_STATUSES,
+    PROXY_AUTH_PHRASES,
+    PROXY_AUTH_STATUS,
     RATE_LIMIT_PHRASES,
     RATE_LIMIT_STATUSES,
     RATE_LIMIT_WORDS,
     REASONS,
+    SERVER_FAULT_PHRASES,
     SUCCESS_SHAPE_KEYS,
     SUCCESS_WIRE_PROVIDERS,
     SUSPECTED_PAYLOAD_HISTORY_CHARS,
-    TEXT_PROVIDERS,
     TIMEOUT_CLASSES,
     TIMEOUT_PHRASES,
     TRANSIENT_NETWORK_CLASSES,
     TRANSIENT_NETWORK_PHRASES,
     TRANSIENT_STATUSES,
-    WAF_BLOCK_PAGE_PHRASES,
     WAF_GATE_PHRASES,
     WAF_SIGNAL_HEADERS,
     WAF_SIGNAL_PHRASES,
     WAF_SIGNAL_WORDS,
+)
+from ctxrecover.classify.wording import (
+    billing_wording,
+    budget,
+    context_window,
+    find,
+    find_word,
+    header_wording,
+    output_limit_wording,
+    output_truncated_wording,
+    overflow_wording,
+    payload_wording,
+    stated_output_limit,
 )
 from ctxrecover.sizes import format_payload_size
 
@@ -220,39 +227,19 @@ def _success_outcome(x: Evidence) -> Failure | None:
 
 # -- matching ----------------------------------------------------------------------------------
 
-def _find(text: str, phrases: tuple[str, ...]) -> str | None:
-    return next((p for p in phrases if p in text), None)
-
-
-def _find_word(text: str, words: tuple[str, ...]) -> str | None:
-    return next((w for w in words if re.search(rf"\b{re.escape(w)}\b", text)), None)
-
-
 def _class_hit(x: Evidence, names: tuple[str, ...]) -> str | None:
     return next((n for n, root in x.classes if n in names and root in NETWORK_MODULE_ROOTS), None)
 
 
-def _overflow_hit(text: str, status: int | None, subjects: tuple[str, ...]) -> str | None:
-    if _find(text, NOT_OVERFLOW_PHRASES):
-        return None
-    hit = _find(text, CONTEXT_OVERFLOW_PHRASES)
-    if hit:
-        return hit
-    if "max_tokens" in text and "exceed" in text:
-        return "max_tokens + exceed"
-    if status in OVERFLOW_FALLBACK_STATUSES and not _find(text, TIMEOUT_PHRASES):
-        subject, excess = _find(text, subjects), _find(text, OVERFLOW_EXCESS_WORDS)
-        if subject and excess:
-            return f"status {status}: {subject} + {excess}"
-    return None
-
-
 def _network_kind(x: Evidence) -> tuple[FailureKind, str] | None:
+    """Timeouts, dropped connections, unreachable hosts; a drop whose text names an overflow is one."""
     text, history_chars = x.text, x.history_chars
-    hit = _class_hit(x, TIMEOUT_CLASSES) or _find(text, TIMEOUT_PHRASES)
+    hit = _class_hit(x, TIMEOUT_CLASSES) or find(text, TIMEOUT_PHRASES)
     if hit:
         return FailureKind.TRANSIENT_NETWORK, hit
-    hit = _class_hit(x, EOF_RESET_CLASSES) or _find(text, EOF_RESET_PHRASES)
+    if find(text, CONTEXT_OVERFLOW_PHRASES):  # "stream error: ... your input exceeds the context window"
+        return None
+    hit = _class_hit(x, EOF_RESET_CLASSES) or find(text, EOF_RESET_PHRASES)
     if hit is None and EOF_WORD.search(text) and "request" not in text:
         hit = "eof"
     if hit is None and GO_EOF_SUFFIX.search(text):
@@ -261,107 +248,125 @@ def _network_kind(x: Evidence) -> tuple[FailureKind, str] | None:
         if history_chars >= SUSPECTED_PAYLOAD_HISTORY_CHARS:
             return FailureKind.SUSPECTED_PAYLOAD, f"{hit} + history {history_chars} chars"
         return FailureKind.TRANSIENT_NETWORK, hit
-    hit = _class_hit(x, TRANSIENT_NETWORK_CLASSES) or _find(text, TRANSIENT_NETWORK_PHRASES)
+    hit = _class_hit(x, TRANSIENT_NETWORK_CLASSES) or find(text, TRANSIENT_NETWORK_PHRASES)
     return (FailureKind.TRANSIENT_NETWORK, hit) if hit else None
 
 
-def _decide(x: Evidence) -> tuple[FailureKind, str]:
-    status, text = x.status, x.text
-    if status in RATE_LIMIT_STATUSES:
-        return FailureKind.RATE_LIMIT, f"status {status}"
-    rate = _find(text, RATE_LIMIT_PHRASES) or _find_word(text, RATE_LIMIT_WORDS)
-    if rate and status not in AUTH_STATUSES:
-        return FailureKind.RATE_LIMIT, rate
-    if _class_hit(x, OUTPUT_TRUNCATED_CLASSES):
-        return FailureKind.OUTPUT_TRUNCATED, "LengthFinishReasonError"
+_413_SUBJECT = re.compile(OVERFLOW_SUBJECT_413)
 
-    payload = _find(text, PAYLOAD_PHRASES)
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    kind: FailureKind
+    evidence: str
+    header: bool = False  # a payload verdict about the request's headers (reason header_431)
+
+
+def _waf_signal(x: Evidence, text: str, block: str | None) -> str | None:
+    """A security signal behind a 403 (SPEC §2.3), the block reading included."""
+    return (
+        find(text, WAF_SIGNAL_PHRASES)
+        or find_word(text, WAF_SIGNAL_WORDS)
+        or find(text, HTML_AS_JSON_PHRASES)
+        or next((h for h in WAF_SIGNAL_HEADERS if h in x.headers), None)
+        or block
+        or ("html body" if x.is_html else None)
+    )
+
+
+def _decide(x: Evidence) -> _Verdict:
+    """The rules of SPEC §2 in order, first match wins (see the module docstring)."""
+    status, text = x.status, x.text
+    said = status if status is not None else x.stated_status  # a status stated in the text counts as one
+    billing = billing_wording(text)
+    if said in BILLING_STATUSES or billing:
+        return _Verdict(FailureKind.BILLING, billing or f"status {said}")
+    if said in RATE_LIMIT_STATUSES:
+        return _Verdict(FailureKind.RATE_LIMIT, f"status {said}")
+    rate = find(text, RATE_LIMIT_PHRASES) or find_word(text, RATE_LIMIT_WORDS)
+    if rate and said not in AUTH_STATUSES:
+        return _Verdict(FailureKind.RATE_LIMIT, rate)
+    truncated = _class_hit(x, OUTPUT_TRUNCATED_CLASSES) or output_truncated_wording(text)
+    if truncated:
+        return _Verdict(FailureKind.OUTPUT_TRUNCATED, truncated)
+
+    if status == HEADER_STATUS:
+        return _Verdict(FailureKind.PAYLOAD_TOO_LARGE, f"status {status}", header=True)
+    payload = payload_wording(text)
     if payload:
-        return FailureKind.PAYLOAD_TOO_LARGE, payload
-    status_level = f"status {status}" if status in PAYLOAD_STATUSES else _find(text, PAYLOAD_REASON_PHRASES)
-    if status is None and status_level is None:
-        token = PAYLOAD_STATUS_TOKEN.search(text)
-        status_level = token.group(0) if token else None
+        return _Verdict(FailureKind.PAYLOAD_TOO_LARGE, payload)
+    header = header_wording(text) or ("status 431" if said == HEADER_STATUS else None)
+    if header and status not in PAYLOAD_STATUSES:
+        return _Verdict(FailureKind.PAYLOAD_TOO_LARGE, header, header=True)
+    status_level = f"status {said}" if said in PAYLOAD_STATUSES else find(text, PAYLOAD_REASON_PHRASES)
     if status_level:
         # A 413 naming tokens/context/prompt is the model's window, not a byte cap.
-        subject = _find(text, OVERFLOW_SUBJECT_WORDS_413)
-        overflow = _overflow_hit(text, 413, OVERFLOW_SUBJECT_WORDS_413) if subject else None
+        overflow = overflow_wording(text, _413_SUBJECT) if _413_SUBJECT.search(text) else None
         if overflow:
-            return FailureKind.CONTEXT_OVERFLOW, overflow
-        return FailureKind.PAYLOAD_TOO_LARGE, status_level
+            return _Verdict(FailureKind.CONTEXT_OVERFLOW, overflow)
+        return _Verdict(FailureKind.PAYLOAD_TOO_LARGE, status_level)
 
-    forbidden = status is None and bool(FORBIDDEN_STATUS_TOKEN.search(text) or _find(text, WAF_GATE_PHRASES))
-    if status == 403 or forbidden:
-        signal = (
-            _find(text, WAF_SIGNAL_PHRASES)
-            or _find_word(text, WAF_SIGNAL_WORDS)
-            or _find(text, HTML_AS_JSON_PHRASES)
-            or next((h for h in WAF_SIGNAL_HEADERS if h in x.headers), None)
-            or ("html body" if x.is_html else None)
-        )
+    proxy_auth = f"status {said}" if said == PROXY_AUTH_STATUS else find(text, PROXY_AUTH_PHRASES)
+    if proxy_auth:
+        return _Verdict(FailureKind.AUTH, proxy_auth)
+    reading = read_block(x)
+    forbidden = said == 403 or (status is None and bool(find(text, WAF_GATE_PHRASES)))
+    if forbidden:
+        signal = _waf_signal(x, text, reading.block)
         if signal:
-            return FailureKind.WAF_REJECTION, signal
-    block_page = _find(text, WAF_BLOCK_PAGE_PHRASES)
-    if block_page:
-        return FailureKind.WAF_REJECTION, block_page
+            return _Verdict(FailureKind.WAF_REJECTION, signal)
+    elif reading.block and said not in AUTH_STATUSES and (reading.strong or not reading.fault):
+        return _Verdict(FailureKind.WAF_REJECTION, reading.block)
 
-    malformed = _find(text, MALFORMED_HISTORY_PHRASES)
+    malformed = find(text, MALFORMED_HISTORY_PHRASES)
     if malformed:
-        return FailureKind.MALFORMED_HISTORY, malformed
+        return _Verdict(FailureKind.MALFORMED_HISTORY, malformed)
     if status is None or status < 400 or status in TRANSIENT_STATUSES:  # a 200 stream can still drop
         network = _network_kind(x)
         if network:
-            return network
-    overflow = _overflow_hit(text, status, OVERFLOW_SUBJECT_WORDS)
+            return _Verdict(*network)
+    # Stated numbers decide: an output budget that alone fills the window is an output limit; input + output
+    # over the window is the input's overflow (SPEC §2.1 "max_tokens" + "exceed"): compaction makes room.
+    split = budget(text)
+    output_limit = output_limit_wording(text)
+    if split and split.output_never_fits:
+        return _Verdict(FailureKind.OUTPUT_LIMIT, f"output {split.output} >= window {split.window}")
+    if output_limit and (split is None or split.input < split.window):
+        return _Verdict(FailureKind.OUTPUT_LIMIT, output_limit)
+    overflow = overflow_wording(text) if said not in AUTH_STATUSES else None
     if overflow:
-        return FailureKind.CONTEXT_OVERFLOW, overflow
-    if status in AUTH_STATUSES:
-        return FailureKind.AUTH, f"status {status}"
+        return _Verdict(FailureKind.CONTEXT_OVERFLOW, overflow)
+    if said in AUTH_STATUSES:
+        return _Verdict(FailureKind.AUTH, f"status {said}")
     if forbidden:
-        return FailureKind.AUTH, "403 without WAF signals"
-    auth = _find(text, AUTH_PHRASES)
+        return _Verdict(FailureKind.AUTH, "403 without WAF signals")
+    missing = f"status {said}" if said == NOT_FOUND_STATUS else find(text, NOT_FOUND_PHRASES)
+    if missing:
+        return _Verdict(FailureKind.OTHER, missing)
+    auth = find(text, AUTH_PHRASES)
     if auth:
-        return FailureKind.AUTH, auth
-    if status in TRANSIENT_STATUSES:
-        return FailureKind.TRANSIENT_NETWORK, f"status {status}"
+        return _Verdict(FailureKind.AUTH, auth)
+    if said in TRANSIENT_STATUSES:
+        return _Verdict(FailureKind.TRANSIENT_NETWORK, f"status {said}")
+    server_fault = find(text, SERVER_FAULT_PHRASES) if status is None or status >= 500 else None
+    if server_fault:
+        return _Verdict(FailureKind.TRANSIENT_NETWORK, server_fault)
     if status is not None and status < 400:
-        return FailureKind.OK, f"status {status}"
+        return _Verdict(FailureKind.OK, f"status {status}")
     if status is None and not x.has_error and not text.strip():
-        return FailureKind.OTHER, "nothing to classify"
-    return FailureKind.OTHER, f"status {status}" if status else "no known signal"
+        return _Verdict(FailureKind.OTHER, "nothing to classify")
+    return _Verdict(FailureKind.OTHER, f"status {status}" if status else "no known signal")
 
 
-def _shape_provider(x: Evidence) -> str | None:
-    """The provider whose error-body shape this is (compatible servers copy OpenAI's)."""
-    for doc in x.objects:
-        inner = doc.get("error")
-        if doc.get("type") == "error" and isinstance(inner, Mapping) and "type" in inner:
-            return "anthropic"
-        if doc.get("object") == "error":
-            return "vllm" if doc.get("type") == "BadRequestError" else "mistral"
-        if isinstance(inner, Mapping) and isinstance(inner.get("status"), str) and "code" in inner:
-            return "gemini"
-        if isinstance(inner, Mapping) and OPENAI_ERROR_KEYS <= inner.keys():
-            return "openai"
-    return None
+_WINDOW_KINDS = frozenset({FailureKind.CONTEXT_OVERFLOW, FailureKind.OUTPUT_LIMIT})
 
 
-def _identify(x: Evidence, text: str) -> tuple[str | None, str | None]:
-    """(provider, middlebox), best effort."""
-    provider = next((p for url in x.urls for host, p in HOST_PROVIDERS if host in url), None)
-    hints = f"{text} {x.headers.get('x-amzn-errortype', '').lower()}"
-    provider = provider or next((p for hint, p in TEXT_PROVIDERS if hint in hints), None)
-    provider = provider or _shape_provider(x)
-    provider = provider or next(
-        (p for name in x.headers for prefix, p in HEADER_PROVIDERS if name.startswith(prefix)), None
-    )
-    provider = provider or next(
-        (p for _, root in x.classes for module, p in MODULE_PROVIDERS if root == module), None
-    )
-    identity = " ".join((text, x.headers.get("server", "").lower(), x.headers.get("via", "").lower()))
-    middlebox = next((m for name, m in MIDDLEBOX_HEADERS if name in x.headers), None)
-    middlebox = next((m for hint, m in MIDDLEBOX_TEXT if hint in identity), None) or middlebox
-    return provider, middlebox
+def _output_cap(text: str) -> int | None:
+    """The output cap an output-limit text states, or the room its budget leaves (window − input)."""
+    split = budget(text)
+    if split is not None and split.input < split.window:
+        return split.window - split.input
+    return stated_output_limit(text)
 
 
 def decide(x: Evidence) -> Failure:
@@ -369,29 +374,26 @@ def decide(x: Evidence) -> Failure:
     if not x.has_error and (x.status is None or x.status < 400):
         success = _success_outcome(x)
         if success is not None:
-            provider = success.provider or _identify(x, "")[0]
+            provider = success.provider or identify(x, "").provider
             return dataclasses.replace(success, provider=provider, status=x.status)
-    text = x.text
-    kind, evidence = _decide(x)
-    provider, middlebox = _identify(x, text)
-    if kind in PAYLOAD_KINDS and middlebox:
-        provider = middlebox
-    reason, reason_text = REASONS.get(kind, (None, None))
+    verdict = _decide(x)
+    kind, text = verdict.kind, x.text
+    named = identify(x)
+    provider = named.provider or named.middlebox
+    if kind is FailureKind.WAF_REJECTION:
+        provider = read_block(x).vendor or named.middlebox or provider
+    elif kind in PAYLOAD_KINDS and named.middlebox:
+        provider = named.middlebox
+    reason, reason_text = HEADER_REASON if verdict.header else REASONS.get(kind, (None, None))
     if kind is FailureKind.SUSPECTED_PAYLOAD and reason_text:
         reason_text = reason_text % format_payload_size(x.history_chars)
     rejected = None if kind in (FailureKind.OK, FailureKind.OUTPUT_TRUNCATED) else x.request_bytes
-    limit = _context_limit(text) if kind is FailureKind.CONTEXT_OVERFLOW else None
     return Failure(
-        kind, reason=reason, reason_text=reason_text, provider=provider or middlebox, status=x.status,
-        rejected_bytes=rejected, evidence=evidence, context_limit_tokens=limit,
+        kind, reason=reason, reason_text=reason_text, provider=provider, status=x.status,
+        rejected_bytes=rejected, evidence=verdict.evidence,
+        context_limit_tokens=context_window(text) if kind in _WINDOW_KINDS else None,
+        output_limit_tokens=_output_cap(text) if kind is FailureKind.OUTPUT_LIMIT else None,
     )
-
-
-def _context_limit(text: str) -> int | None:
-    """The window an overflow text states (the smallest, if several), in tokens."""
-    found = [int(m.group(1)) for p in CONTEXT_LIMIT_PATTERNS for m in p.finditer(text)]
-    found = [n for n in found if n > 0]
-    return min(found) if found else None
 
 
 def classify(

@@ -10,11 +10,15 @@ only the returned value and never calls back here.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from ctxrecover.classify.page import MARKUP, Page, reduce_html
+from ctxrecover.classify.tables import STATUS_TOKEN
 
 __all__ = ["Evidence", "gather", "http_status"]
 
@@ -25,6 +29,8 @@ MAX_JSON_ITEMS = 4000
 MAX_JSON_DEPTH = 32
 MAX_HEADERS = 200
 MAX_SSE_LINES = 2000
+MAX_EMBEDDED_CHARS = 20_000  # a JSON or Python-literal error body quoted inside a message
+MAX_EMBEDDED_DEPTH = 40
 REJECTED_BYTES_ATTRS: tuple[str, ...] = ("rejected_bytes", "request_bytes", "request_size", "body_bytes")
 
 
@@ -32,8 +38,13 @@ REJECTED_BYTES_ATTRS: tuple[str, ...] = ("rejected_bytes", "request_bytes", "req
 class Evidence:
     """Everything known about one exchange, read once; the decision reads nothing else.
 
-    ``texts`` are the body and exception texts in reading order and ``text`` their
-    lowercased, backtick-free join (what phrases match); ``body_objects`` and
+    ``texts`` are the body and exception texts in reading order, a text holding
+    HTML reduced to its title and visible text, and ``text`` their lowercased,
+    backtick-free join (what phrases match; markup, scripts and attributes never
+    reach it); ``pages`` are those HTML pages (title, headings, visible text,
+    markers); ``stated_status`` is a status a text states in a status position
+    (``HTTP 403``, ``Error code: 413``, ``502 Bad Gateway``), read only when no
+    status is known; ``body_objects`` and
     ``error_objects`` are the JSON objects parsed from the body and from the error
     (frozen: mappings are read-only, lists are tuples); ``classes`` are the
     exception chain's ``(class name, module root)`` pairs; ``request_bytes`` is the
@@ -44,6 +55,8 @@ class Evidence:
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     texts: tuple[str, ...] = ()
     text: str = ""
+    pages: tuple[Page, ...] = ()
+    stated_status: int | None = None
     is_html: bool = False
     body_objects: tuple[Mapping[str, object], ...] = ()
     error_objects: tuple[Mapping[str, object], ...] = ()
@@ -70,6 +83,7 @@ class _Reading:
 
     status: int | None = None
     texts: list[str] = field(default_factory=list)
+    pages: list[Page] = field(default_factory=list)
     raw_bodies: list[str] = field(default_factory=list)
     body_docs: list[object] = field(default_factory=list)
     error_docs: list[object] = field(default_factory=list)
@@ -112,6 +126,15 @@ def _chars(value: object) -> int:
         return 0
     return int(value) if math.isfinite(value) else 0
 
+def _add_text(x: _Reading, text: str) -> None:
+    """Record one text; a text holding HTML is recorded as what its page shows."""
+    if MARKUP.search(text):
+        page = reduce_html(text)
+        x.pages.append(page)
+        text = f"{page.title}\n{page.text}" if page.title else page.text
+    x.texts.append(text)
+
+
 def _parse_json_documents(text: str) -> list[object]:
     """A JSON body, or the JSON ``data:`` lines of a server-sent-event stream."""
     stripped = text.strip()
@@ -130,6 +153,37 @@ def _parse_json_documents(text: str) -> list[object]:
                 except Exception:
                     continue
     return docs
+
+
+def _nesting(text: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        if char in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "}]":
+            depth -= 1
+    return deepest
+
+
+def _embedded_document(text: str) -> object | None:
+    """An error body quoted in a message (``API Error: 400 {"error": ...}``, ``Error code: 400 - {...}``).
+
+    JSON first, then a Python literal (SDKs print the parsed body's ``repr``); bounded, never evaluated.
+    """
+    start, end = text.find("{"), text.rfind("}")
+    if start <= 0 or end <= start or end - start > MAX_EMBEDDED_CHARS:
+        return None
+    quoted = text[start : end + 1]
+    if _nesting(quoted) > MAX_EMBEDDED_DEPTH:
+        return None
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            doc = parse(quoted)
+        except Exception:  # not a document: the text stays a text
+            continue
+        return doc if isinstance(doc, Mapping) else None
+    return None
 
 
 def _flatten_json(doc: object) -> str:
@@ -158,14 +212,18 @@ def _add_body(x: _Reading, value: object, docs: list[object]) -> None:
         value = bytes(value).decode("utf-8", "replace")
     if isinstance(value, str):
         text = value[:MAX_TEXT_CHARS]  # matching reads a bounded prefix; JSON is parsed whole
-        x.texts.append(text)
+        _add_text(x, text)
         x.raw_bodies.append(text)
-        docs.extend(_parse_json_documents(value))
+        parsed = _parse_json_documents(value)
+        docs.extend(parsed)
+        embedded = None if parsed else _embedded_document(text)
+        if embedded is not None:
+            x.error_docs.append(embedded)
     elif isinstance(value, Mapping | list | tuple):
         docs.append(value)
-        x.texts.append(_flatten_json(value))
+        _add_text(x, _flatten_json(value))
     else:
-        x.texts.append(_str(value)[:MAX_TEXT_CHARS])
+        _add_text(x, _str(value)[:MAX_TEXT_CHARS])
 
 
 def _add_headers(x: _Reading, headers: object) -> None:
@@ -213,8 +271,12 @@ def _add_exception(x: _Reading, exc: object) -> None:
     _add_body(x, _attr(exc, "body"), x.error_docs)
     message = _attr(exc, "message")
     if isinstance(message, str):
-        x.texts.append(message[:MAX_TEXT_CHARS])
-    x.texts.append(_str(exc)[:MAX_TEXT_CHARS])
+        _add_text(x, message[:MAX_TEXT_CHARS])
+    text = _str(exc)[:MAX_TEXT_CHARS]
+    _add_text(x, text)
+    embedded = _embedded_document(text)
+    if embedded is not None:
+        x.error_docs.append(embedded)
     request = _attr(exc, "request")
     if request is not None:
         _add_url(x, request)
@@ -292,6 +354,15 @@ def _frozen_objects(docs: list[object]) -> tuple[Mapping[str, object], ...]:
     return tuple(o for o in (_freeze(d) for d in _json_objects(docs)) if isinstance(o, Mapping))
 
 
+def _stated_status(texts: list[str]) -> int | None:
+    """The first 4xx/5xx status a text states in a status position (never a bare number in prose)."""
+    for text in texts:
+        match = STATUS_TOKEN.search(text.lower())
+        if match:
+            return int(next(g for g in match.groups() if g))
+    return None
+
+
 def _looks_like_html(x: _Reading) -> bool:
     content_type = x.headers.get("content-type", "").lower()
     if "text/html" in content_type:
@@ -327,7 +398,9 @@ def gather(
         headers=MappingProxyType(dict(x.headers)),
         texts=tuple(x.texts),
         text="\n".join(x.texts).lower().replace("`", ""),
-        is_html=_looks_like_html(x),
+        pages=tuple(x.pages),
+        stated_status=None if x.status is not None else _stated_status(x.texts),
+        is_html=bool(x.pages) or _looks_like_html(x),
         body_objects=_frozen_objects(x.body_docs),
         error_objects=_frozen_objects(x.error_docs),
         classes=tuple(x.classes),
