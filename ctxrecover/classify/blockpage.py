@@ -35,6 +35,7 @@ from ctxrecover.classify.fingerprints import (
     VENDORS,
     VendorFingerprint,
 )
+from ctxrecover.classify.tables import CONTENT_POLICY_PHRASES
 
 __all__ = ["BlockReading", "read_block"]
 
@@ -97,7 +98,9 @@ def read_block(x: Evidence) -> BlockReading:
 
     Signals, strongest first: a block header or a vendor's block code; a title or
     heading with block wording; a refusal sentence; an element id naming a block;
-    finally a page that names a security vendor and says no fault.
+    finally a page that names a security vendor and says no fault. A plain text
+    about a content policy (moderation, safety system) that names no security
+    vendor is the provider's refusal, no block.
     """
     named = next((row.vendor for row in VENDORS if _vendor_in_body(x, row)), None)
     vendor = named or next((row.vendor for row in VENDORS if _vendor_in_headers(x, row)), None)
@@ -108,6 +111,8 @@ def read_block(x: Evidence) -> BlockReading:
     code = next(((v, m.group(0)) for v, p in _BLOCK_CODES if (m := p.search(x.text))), None)
     if code:
         return BlockReading(vendor or code[0], f"{code[0]} {code[1]}", True, fault)
+    if not x.pages and not named and any(p in x.text for p in CONTENT_POLICY_PHRASES):
+        return BlockReading(vendor, None, False, fault)  # the provider's moderation refusing the content
     title = _title_block(x)
     text_hit = next(((i, p) for i, p in enumerate(_BLOCK_TEXT) if p.search(x.text)), None)
     strong = text_hit is not None and text_hit[0] < STRONG_BLOCK_PATTERNS

@@ -54,6 +54,7 @@ from ctxrecover.classify.tables import (
     AUTH_PHRASES,
     AUTH_STATUSES,
     BILLING_STATUSES,
+    CONTENT_POLICY_PHRASES,
     CONTEXT_OVERFLOW_PHRASES,
     EOF_RESET_CLASSES,
     EOF_RESET_PHRASES,
@@ -336,6 +337,9 @@ def _decide(x: Evidence) -> _Verdict:
     overflow = overflow_wording(text) if said not in AUTH_STATUSES else None
     if overflow:
         return _Verdict(FailureKind.CONTEXT_OVERFLOW, overflow)
+    policy = find(text, CONTENT_POLICY_PHRASES)
+    if policy:
+        return _Verdict(FailureKind.OTHER, f"content policy: {policy}")
     if said in AUTH_STATUSES:
         return _Verdict(FailureKind.AUTH, f"status {said}")
     if forbidden:

@@ -259,10 +259,14 @@ BLOCK_TITLE_WORDS: tuple[str, ...] = (
     "security check", "captcha", "are you a robot", "not allowed", "unauthorized activity",
     "unauthorized request", "checking your browser", "ddos protection", "firewall", "web filter",
     "restricted", "prohibited", "one more step", "verify you are human", "bot verification",
-    "security checkpoint", "web protection",
-    # The same wording in the Chinese block pages of Alibaba Cloud, Tencent Cloud, Baidu, 360 (identYwaf):
-    # "blocked", "intercepted", "access denied", "access forbidden", "security threat".
-    "阻断", "拦截", "访问被拒绝", "禁止访问", "安全威胁",
+    "security checkpoint", "web protection", "unauthorized access", "ddos",
+    # The same wording in other languages (block pages speak the visitor's or the vendor's language):
+    # Chinese (Alibaba Cloud, Tencent Cloud, Baidu, 360 in identYwaf: "blocked", "intercepted",
+    # "access denied", "access forbidden", "security threat", "cloud protection"), Portuguese/Spanish,
+    # French, German, Russian, Japanese, Korean "access denied" / "blocked".
+    "阻断", "拦截", "访问被拒绝", "禁止访问", "安全威胁", "云防护", "acesso negado", "acceso denegado",
+    "bloqueado", "accès refusé", "bloqué", "zugriff verweigert", "gesperrt", "доступ запрещен",
+    "заблокирован", "アクセス拒否", "ブロック", "차단",
 )
 # Structural markers of a block page: an element id (or Cloudflare's data-translate key) naming a block,
 # a denial or a challenge — Aliyun's block_message/block_traceid_tips, Cloudflare's block_headline and
@@ -287,6 +291,7 @@ BLOCK_TEXT_PATTERNS: tuple[str, ...] = (
     r"\bthe requested url (?:was|has been) (?:rejected|blocked)",
     r"\bin accordance with (?:company|corporate|your organi[sz]ation's) policy",
     r"\baccess control configuration prevents your request",
+    r"(?:已被|被)(?:拦截|阻断|拒绝)",  # Chinese "has been intercepted / blocked / refused" (WDS, Aliyun)
     # Weaker: count on a page, or beside a vendor named in the text (an incident ID, "access denied").
     r"\baccess (?:is |was |has been )?denied\b",
     r"\brequest denied\b",
@@ -300,7 +305,7 @@ BLOCK_TEXT_PATTERNS: tuple[str, ...] = (
     r"\benable javascript and cookies to continue",
     r"\bverify(?:ing)? (?:you are|that you are) (?:a )?human",
 )
-STRONG_BLOCK_PATTERNS = 6  # the first six patterns above stand alone
+STRONG_BLOCK_PATTERNS = 7  # the first seven patterns above stand alone
 # Pages of the same vendors that report a fault, not a block: their status decides (transient, payload...).
 NOT_A_BLOCK_PATTERNS: tuple[str, ...] = (
     r"\b(?:bad gateway|gateway time-?out|service unavailable|origin (?:is )?unreachable|connection timed out"

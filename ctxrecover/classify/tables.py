@@ -21,6 +21,7 @@ __all__ = [
     "BILLING_PHRASES",
     "BILLING_STATUSES",
     "CONTEXT_LIMIT_PATTERNS",
+    "CONTENT_POLICY_PHRASES",
     "CONTEXT_OVERFLOW_PHRASES",
     "EOF_RESET_CLASSES",
     "EOF_RESET_PHRASES",
@@ -281,6 +282,18 @@ AUTH_PHRASES: tuple[str, ...] = (
     "no api key", "api key is missing", "missing api key", "token has expired",
     "token is expired", "expiredtokenexception", "incorrect_api_key", "auth credentials",
     "invalid credentials", "missing credentials", "credentials not found",
+)
+
+# A provider's own content policy (moderation, safety system, usage policy): the request is refused for what
+# it says, by the provider, not by a middlebox: "other" — never a WAF block, never auth, never retried.
+# Sources: OpenAI content_policy_violation / invalid_prompt, Azure OpenAI content management policy, Gemini
+# IMAGE_SAFETY, Anthropic "Output blocked by content filtering policy" (samples in fixtures/errors/).
+CONTENT_POLICY_PHRASES: tuple[str, ...] = (
+    "content policy", "content_policy", "safety system", "content moderation", "usage policy",
+    "usage policies",
+    "content management policy", "content filter", "content_filter", "safety policy", "responsible ai",
+    "flagged as", "was flagged", "violate our policies", "violating our", "may violate", "image_safety",
+    "unsafe_generation", "moderation",
 )
 
 # A model or route that does not exist (404): "other", read before the auth phrases, since OpenAI words it
