@@ -84,10 +84,9 @@ __all__ = [
     "WAF_SIGNAL_WORDS",
 ]
 
-# Billing, credits, quota of an account or key (402): never compacted, never retried. Sources: OpenAI
-# insufficient_quota (platform.openai.com/docs/guides/error-codes), Anthropic "credit balance is too low",
-# OpenRouter 402 (openrouter.ai/docs/api-reference/errors), DeepSeek 402 "Insufficient Balance"
-# (api-docs.deepseek.com/quick_start/error_codes), LiteLLM proxy budgets, Google "billing to be enabled".
+# Billing, credits, quota of an account or key (402): never compacted, never retried. Wordings of OpenAI
+# (insufficient_quota), Anthropic ("credit balance is too low"), OpenRouter and DeepSeek (402), xAI,
+# LiteLLM proxy budgets and Google ("billing to be enabled"): sourced samples in fixtures/errors/billing.json.
 BILLING_STATUSES: tuple[int, ...] = (402,)
 BILLING_PHRASES: tuple[str, ...] = (
     "insufficient_quota", "exceeded your current quota", "insufficient credit", "insufficient balance",

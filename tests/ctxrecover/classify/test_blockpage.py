@@ -86,3 +86,22 @@ def test_a_forward_proxy_asking_for_its_own_credentials_is_auth() -> None:
     )
     assert classify(status=407, body=page).kind is K.AUTH
     assert classify(body=page).kind is K.AUTH
+
+
+@pytest.mark.parametrize("status", [400, None])
+def test_a_provider_content_moderation_refusal_is_other_not_a_block(status: int | None) -> None:
+    body = "Your request was rejected as a result of our safety system. Your prompt may contain bad text."
+    failure = classify(status=status, body=body)
+    assert failure.kind is K.OTHER and "content policy" in failure.evidence
+    # A named web filter is still a middlebox, even when it calls itself a content filter.
+    assert classify(body='Content Blocked (content_filter_denied) Content Category: "Suspicious"').kind is (
+        K.WAF_REJECTION
+    )
+
+
+@pytest.mark.parametrize(
+    "title", ["Acesso Negado", "访问被拒绝", "Zugriff verweigert", "Доступ запрещен", "403 - 云防护"]
+)
+def test_block_titles_in_other_languages(title: str) -> None:
+    page = f"<!DOCTYPE html><html><head><title>{title}</title></head><body><p>...</p></body></html>"
+    assert classify(body=page).kind is K.WAF_REJECTION
