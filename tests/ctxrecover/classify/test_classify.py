@@ -1026,3 +1026,10 @@ def test_input_plus_output_over_the_window_is_an_overflow(body: str) -> None:
 def test_window_is_only_read_from_overflows() -> None:
     failure = classify(status=429, body="maximum context length is 8000 tokens; rate limit")
     assert failure.context_limit_tokens is None
+
+
+def test_readme_documents_every_kind_and_its_action() -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Failure kinds and what ctxrecover does", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip().strip("`") for line in section.splitlines() if line.startswith("| `")}
+    assert rows == {str(kind) for kind in FailureKind}
