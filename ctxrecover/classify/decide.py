@@ -11,24 +11,33 @@ It never raises: anything unexpected while reading the inputs yields
 :class:`~ctxrecover.classify.evidence.Evidence`, then :func:`decide` maps that value
 to a :class:`Failure` without reading anything else.
 
-Rules, first match wins (every phrase list is a table in :mod:`ctxrecover.classify.tables`)::
+Rules, first match wins (phrases and shapes are data in :mod:`~ctxrecover.classify.tables` and
+:mod:`~ctxrecover.classify.fingerprints`; "status" below is the status, or one the text states)::
 
     successful body      -> ok | output_truncated   (stop-reason table, §2.6)
+    402, credits/billing -> billing       (a quota asking to retry in seconds stays a rate limit)
     429/529, rate words  -> rate_limit    (even if the text says "Request too large")
-    body-size phrases    -> payload_too_large   (win over overflow phrases, §2.5)
-    413/431 status, its reason phrase or a standalone "413" token
+    truncation wording   -> output_truncated
+    431 or header-size wording -> payload_too_large, reason header_431 (SPEC §11)
+    body-size phrases/shapes   -> payload_too_large (win over overflow phrases, §2.5)
+    413 status, its reason phrase or a standalone "413" token
                          -> payload_too_large, unless the text names tokens/context/prompt
-                            with an overflow phrase: then context_overflow (§2.1 row)
+                            with an overflow wording: then context_overflow (§2.1 row)
+    407, proxy credentials -> auth
     403 gate + signal    -> waf_rejection (403 without a signal falls to auth)
+    block page/sentence  -> waf_rejection at any other status but 401/407 (blockpage.py)
     pairing phrases      -> malformed_history
-    no 4xx status        -> timeouts: transient_network;
-                            EOF/reset: suspected_payload (history >= 500 000 chars)
-                                       else transient_network
-    overflow phrases     -> context_overflow
-    401/403/407, key words -> auth
-    408/5xx              -> transient_network
+    no 4xx status        -> timeouts: transient_network; EOF/reset (unless the text names an
+                            overflow): suspected_payload (history >= 500 000 chars) else transient
+    output parameter over its limit, or an output budget >= the window -> output_limit
+    overflow phrases or subject + excess clause -> context_overflow
+    content-policy wording -> other
+    401/403/407          -> auth;  404, "does not exist" -> other;  key words -> auth
+    408/5xx, server-fault words -> transient_network
     2xx                  -> ok, else other
 
+``context_limit_tokens`` is the window an overflow or an output limit states;
+``output_limit_tokens`` the cap an output limit states (or window − input).
 Header *values* are never searched for WAF signals (OpenAI's own responses carry
 ``cf-ray``); headers give the content type, WAF marker headers and identities.
 Backticks are dropped before matching, so ``tool_use`` and `` `tool_use` `` match alike.
