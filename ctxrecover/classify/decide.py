@@ -6,26 +6,38 @@ exception (httpx/httpx2/httpcore errors, ``openai``/``anthropic`` SDK errors,
 OS errors, read by duck typing through ``__cause__``/``__context__``), the size
 of the rejected request and of the history — and returns a :class:`Failure`.
 It never raises: anything unexpected while reading the inputs yields
-``kind=other`` with the reason in ``evidence``.
+``kind=other`` with the reason in ``evidence``. It is a one-way pipeline:
+:func:`~ctxrecover.classify.evidence.gather` reads every input once into a frozen
+:class:`~ctxrecover.classify.evidence.Evidence`, then :func:`decide` maps that value
+to a :class:`Failure` without reading anything else.
 
-Rules, first match wins (every phrase list is a table in :mod:`ctxrecover.classify.tables`)::
+Rules, first match wins (phrases and shapes are data in :mod:`~ctxrecover.classify.tables` and
+:mod:`~ctxrecover.classify.fingerprints`; "status" below is the status, or one the text states)::
 
     successful body      -> ok | output_truncated   (stop-reason table, §2.6)
+    402, credits/billing -> billing       (a quota asking to retry in seconds stays a rate limit)
     429/529, rate words  -> rate_limit    (even if the text says "Request too large")
-    body-size phrases    -> payload_too_large   (win over overflow phrases, §2.5)
-    413/431 status, its reason phrase or a standalone "413" token
+    truncation wording   -> output_truncated
+    431 or header-size wording -> payload_too_large, reason header_431 (SPEC §11)
+    body-size phrases/shapes   -> payload_too_large (win over overflow phrases, §2.5)
+    413 status, its reason phrase or a standalone "413" token
                          -> payload_too_large, unless the text names tokens/context/prompt
-                            with an overflow phrase: then context_overflow (§2.1 row)
+                            with an overflow wording: then context_overflow (§2.1 row)
+    407, proxy credentials -> auth
     403 gate + signal    -> waf_rejection (403 without a signal falls to auth)
+    block page/sentence  -> waf_rejection at any other status but 401/407 (blockpage.py)
     pairing phrases      -> malformed_history
-    no 4xx status        -> timeouts: transient_network;
-                            EOF/reset: suspected_payload (history >= 500 000 chars)
-                                       else transient_network
-    overflow phrases     -> context_overflow
-    401/403/407, key words -> auth
-    408/5xx              -> transient_network
+    no 4xx status        -> timeouts: transient_network; EOF/reset (unless the text names an
+                            overflow): suspected_payload (history >= 500 000 chars) else transient
+    output parameter over its limit, or an output budget >= the window -> output_limit
+    overflow phrases or subject + excess clause -> context_overflow
+    content-policy wording -> other
+    401/403/407          -> auth;  404, "does not exist" -> other;  key words -> auth
+    408/5xx, server-fault words -> transient_network
     2xx                  -> ok, else other
 
+``context_limit_tokens`` is the window an overflow or an output limit states;
+``output_limit_tokens`` the cap an output limit states (or window − input).
 Header *values* are never searched for WAF signals (OpenAI's own responses carry
 ``cf-ray``); headers give the content type, WAF marker headers and identities.
 Backticks are dropped before matching, so ``tool_use`` and `` `tool_use` `` match alike.
@@ -39,73 +51,73 @@ Backticks are dropped before matching, so ``tool_use`` and `` `tool_use` `` matc
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ctxrecover.classify.evidence import (
-    Exchange,
-    gather,
-    http_status,
-    is_error_doc,
-    json_objects,
-    positive_int,
-)
+from ctxrecover.classify.blockpage import read_block
+from ctxrecover.classify.evidence import Evidence, gather, http_status
+from ctxrecover.classify.identify import identify
 from ctxrecover.classify.tables import (
     AUTH_PHRASES,
     AUTH_STATUSES,
-    CONTEXT_LIMIT_PATTERNS,
+    BILLING_STATUSES,
+    CONTENT_POLICY_PHRASES,
     CONTEXT_OVERFLOW_PHRASES,
     EOF_RESET_CLASSES,
     EOF_RESET_PHRASES,
     EOF_WORD,
-    FORBIDDEN_STATUS_TOKEN,
     GO_EOF_SUFFIX,
-    HEADER_PROVIDERS,
-    HOST_PROVIDERS,
+    HEADER_REASON,
+    HEADER_STATUS,
     HTML_AS_JSON_PHRASES,
     MALFORMED_HISTORY_PHRASES,
-    MIDDLEBOX_HEADERS,
-    MIDDLEBOX_TEXT,
-    MODULE_PROVIDERS,
     NETWORK_MODULE_ROOTS,
-    NOT_OVERFLOW_PHRASES,
+    NOT_FOUND_PHRASES,
+    NOT_FOUND_STATUS,
     NOTICE_TEMPLATE,
-    OPENAI_ERROR_KEYS,
     OUTPUT_TRUNCATED_CLASSES,
     OUTPUT_TRUNCATION_STOP_REASONS,
-    OVERFLOW_EXCESS_WORDS,
-    OVERFLOW_FALLBACK_STATUSES,
-    OVERFLOW_SUBJECT_WORDS,
-    OVERFLOW_SUBJECT_WORDS_413,
-    PAYLOAD_PHRASES,
+    OVERFLOW_SUBJECT_413,
     PAYLOAD_REASON_PHRASES,
-    PAYLOAD_STATUS_TOKEN,
     PAYLOAD_STATUSES,
+    PROXY_AUTH_PHRASES,
+    PROXY_AUTH_STATUS,
     RATE_LIMIT_PHRASES,
     RATE_LIMIT_STATUSES,
     RATE_LIMIT_WORDS,
     REASONS,
+    SERVER_FAULT_PHRASES,
     SUCCESS_SHAPE_KEYS,
     SUCCESS_WIRE_PROVIDERS,
     SUSPECTED_PAYLOAD_HISTORY_CHARS,
-    TEXT_PROVIDERS,
     TIMEOUT_CLASSES,
     TIMEOUT_PHRASES,
     TRANSIENT_NETWORK_CLASSES,
     TRANSIENT_NETWORK_PHRASES,
     TRANSIENT_STATUSES,
-    WAF_BLOCK_PAGE_PHRASES,
     WAF_GATE_PHRASES,
     WAF_SIGNAL_HEADERS,
     WAF_SIGNAL_PHRASES,
     WAF_SIGNAL_WORDS,
 )
+from ctxrecover.classify.wording import (
+    billing_wording,
+    budget,
+    context_window,
+    find,
+    find_word,
+    header_wording,
+    output_limit_wording,
+    output_truncated_wording,
+    overflow_wording,
+    payload_wording,
+    stated_output_limit,
+)
 from ctxrecover.sizes import format_payload_size
 
-__all__ = ["Failure", "FailureKind", "classify"]
+__all__ = ["Failure", "FailureKind", "classify", "decide"]
 
 # -- public values -----------------------------------------------------------------------------
 
@@ -118,6 +130,8 @@ class FailureKind(StrEnum):
     SUSPECTED_PAYLOAD = "suspected_payload"
     MALFORMED_HISTORY = "malformed_history"
     OUTPUT_TRUNCATED = "output_truncated"
+    OUTPUT_LIMIT = "output_limit"  # a parameter over the model's limit (max_tokens): lower it, never compact
+    BILLING = "billing"  # out of credits, quota or a spend limit: never compact, never retry
     AUTH = "auth"
     RATE_LIMIT = "rate_limit"
     TRANSIENT_NETWORK = "transient_network"
@@ -141,7 +155,8 @@ class Failure:
     ``reason``/``reason_text`` are set for the kinds compaction recovers (§2.5);
     ``evidence`` is the phrase or signal that decided; ``stop_reason`` is the
     provider's stop/finish reason of a successful response;
-    ``context_limit_tokens`` is the context window an overflow error states, if any.
+    ``context_limit_tokens`` is the context window an overflow error states, if any;
+    ``output_limit_tokens`` the output cap an ``output_limit`` error states, if any.
     """
 
     kind: FailureKind
@@ -153,6 +168,7 @@ class Failure:
     evidence: str = ""
     stop_reason: str | None = None
     context_limit_tokens: int | None = None
+    output_limit_tokens: int | None = None
 
     @property
     def recoverable(self) -> bool:
@@ -184,7 +200,7 @@ def _values_at(doc: object, path: str) -> list[object]:
         nxt: list[object] = []
         for node in current:
             value = node.get(key) if isinstance(node, Mapping) else None
-            if is_list and isinstance(value, list):
+            if is_list and isinstance(value, list | tuple):
                 nxt.extend(value)
             elif not is_list and value is not None:
                 nxt.append(value)
@@ -192,10 +208,10 @@ def _values_at(doc: object, path: str) -> list[object]:
     return current
 
 
-def _success_outcome(docs: list[object]) -> Failure | None:
+def _success_outcome(x: Evidence) -> Failure | None:
     """ok / output_truncated when the body is a provider's successful response."""
-    mappings = json_objects(docs)
-    if not mappings or any(is_error_doc(d) for d in mappings):
+    mappings = x.body_objects
+    if not mappings or x.body_is_error:
         return None
     stop: tuple[str, str] | None = None  # (stop reason, wire)
     truncated: tuple[str, str, str] | None = None  # (stop reason, wire, evidence)
@@ -221,45 +237,19 @@ def _success_outcome(docs: list[object]) -> Failure | None:
 
 # -- matching ----------------------------------------------------------------------------------
 
-def _find(text: str, phrases: tuple[str, ...]) -> str | None:
-    return next((p for p in phrases if p in text), None)
-
-
-def _find_word(text: str, words: tuple[str, ...]) -> str | None:
-    return next((w for w in words if re.search(rf"\b{re.escape(w)}\b", text)), None)
-
-
-def _class_hit(x: Exchange, names: tuple[str, ...]) -> str | None:
+def _class_hit(x: Evidence, names: tuple[str, ...]) -> str | None:
     return next((n for n, root in x.classes if n in names and root in NETWORK_MODULE_ROOTS), None)
 
 
-def _overflow_hit(text: str, status: int | None, subjects: tuple[str, ...]) -> str | None:
-    if _find(text, NOT_OVERFLOW_PHRASES):
-        return None
-    hit = _find(text, CONTEXT_OVERFLOW_PHRASES)
-    if hit:
-        return hit
-    if "max_tokens" in text and "exceed" in text:
-        return "max_tokens + exceed"
-    if status in OVERFLOW_FALLBACK_STATUSES and not _find(text, TIMEOUT_PHRASES):
-        subject, excess = _find(text, subjects), _find(text, OVERFLOW_EXCESS_WORDS)
-        if subject and excess:
-            return f"status {status}: {subject} + {excess}"
-    return None
-
-
-def _is_html(x: Exchange) -> bool:
-    content_type = x.headers.get("content-type", "").lower()
-    if "text/html" in content_type:
-        return True
-    return any(b.lstrip()[:1] == "<" and not b.lstrip()[:5].lower() == "<?xml" for b in x.raw_bodies)
-
-
-def _network_kind(x: Exchange, text: str, history_chars: int) -> tuple[FailureKind, str] | None:
-    hit = _class_hit(x, TIMEOUT_CLASSES) or _find(text, TIMEOUT_PHRASES)
+def _network_kind(x: Evidence) -> tuple[FailureKind, str] | None:
+    """Timeouts, dropped connections, unreachable hosts; a drop whose text names an overflow is one."""
+    text, history_chars = x.text, x.history_chars
+    hit = _class_hit(x, TIMEOUT_CLASSES) or find(text, TIMEOUT_PHRASES)
     if hit:
         return FailureKind.TRANSIENT_NETWORK, hit
-    hit = _class_hit(x, EOF_RESET_CLASSES) or _find(text, EOF_RESET_PHRASES)
+    if find(text, CONTEXT_OVERFLOW_PHRASES):  # "stream error: ... your input exceeds the context window"
+        return None
+    hit = _class_hit(x, EOF_RESET_CLASSES) or find(text, EOF_RESET_PHRASES)
     if hit is None and EOF_WORD.search(text) and "request" not in text:
         hit = "eof"
     if hit is None and GO_EOF_SUFFIX.search(text):
@@ -268,148 +258,155 @@ def _network_kind(x: Exchange, text: str, history_chars: int) -> tuple[FailureKi
         if history_chars >= SUSPECTED_PAYLOAD_HISTORY_CHARS:
             return FailureKind.SUSPECTED_PAYLOAD, f"{hit} + history {history_chars} chars"
         return FailureKind.TRANSIENT_NETWORK, hit
-    hit = _class_hit(x, TRANSIENT_NETWORK_CLASSES) or _find(text, TRANSIENT_NETWORK_PHRASES)
+    hit = _class_hit(x, TRANSIENT_NETWORK_CLASSES) or find(text, TRANSIENT_NETWORK_PHRASES)
     return (FailureKind.TRANSIENT_NETWORK, hit) if hit else None
 
 
-def _decide(x: Exchange, text: str, history_chars: int) -> tuple[FailureKind, str]:
-    status = x.status
-    if status in RATE_LIMIT_STATUSES:
-        return FailureKind.RATE_LIMIT, f"status {status}"
-    rate = _find(text, RATE_LIMIT_PHRASES) or _find_word(text, RATE_LIMIT_WORDS)
-    if rate and status not in AUTH_STATUSES:
-        return FailureKind.RATE_LIMIT, rate
-    if _class_hit(x, OUTPUT_TRUNCATED_CLASSES):
-        return FailureKind.OUTPUT_TRUNCATED, "LengthFinishReasonError"
+_413_SUBJECT = re.compile(OVERFLOW_SUBJECT_413)
 
-    payload = _find(text, PAYLOAD_PHRASES)
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    kind: FailureKind
+    evidence: str
+    header: bool = False  # a payload verdict about the request's headers (reason header_431)
+
+
+def _waf_signal(x: Evidence, text: str, block: str | None) -> str | None:
+    """A security signal behind a 403 (SPEC §2.3), the block reading included."""
+    return (
+        find(text, WAF_SIGNAL_PHRASES)
+        or find_word(text, WAF_SIGNAL_WORDS)
+        or find(text, HTML_AS_JSON_PHRASES)
+        or next((h for h in WAF_SIGNAL_HEADERS if h in x.headers), None)
+        or block
+        or ("html body" if x.is_html else None)
+    )
+
+
+def _decide(x: Evidence) -> _Verdict:
+    """The rules of SPEC §2 in order, first match wins (see the module docstring)."""
+    status, text = x.status, x.text
+    said = status if status is not None else x.stated_status  # a status stated in the text counts as one
+    billing = billing_wording(text)
+    if said in BILLING_STATUSES or billing:
+        return _Verdict(FailureKind.BILLING, billing or f"status {said}")
+    if said in RATE_LIMIT_STATUSES:
+        return _Verdict(FailureKind.RATE_LIMIT, f"status {said}")
+    rate = find(text, RATE_LIMIT_PHRASES) or find_word(text, RATE_LIMIT_WORDS)
+    if rate and said not in AUTH_STATUSES:
+        return _Verdict(FailureKind.RATE_LIMIT, rate)
+    truncated = _class_hit(x, OUTPUT_TRUNCATED_CLASSES) or output_truncated_wording(text)
+    if truncated:
+        return _Verdict(FailureKind.OUTPUT_TRUNCATED, truncated)
+
+    if status == HEADER_STATUS:
+        return _Verdict(FailureKind.PAYLOAD_TOO_LARGE, f"status {status}", header=True)
+    payload = payload_wording(text)
     if payload:
-        return FailureKind.PAYLOAD_TOO_LARGE, payload
-    status_level = f"status {status}" if status in PAYLOAD_STATUSES else _find(text, PAYLOAD_REASON_PHRASES)
-    if status is None and status_level is None:
-        token = PAYLOAD_STATUS_TOKEN.search(text)
-        status_level = token.group(0) if token else None
+        return _Verdict(FailureKind.PAYLOAD_TOO_LARGE, payload)
+    header = header_wording(text) or ("status 431" if said == HEADER_STATUS else None)
+    if header and status not in PAYLOAD_STATUSES:
+        return _Verdict(FailureKind.PAYLOAD_TOO_LARGE, header, header=True)
+    status_level = f"status {said}" if said in PAYLOAD_STATUSES else find(text, PAYLOAD_REASON_PHRASES)
     if status_level:
         # A 413 naming tokens/context/prompt is the model's window, not a byte cap.
-        subject = _find(text, OVERFLOW_SUBJECT_WORDS_413)
-        overflow = _overflow_hit(text, 413, OVERFLOW_SUBJECT_WORDS_413) if subject else None
+        overflow = overflow_wording(text, _413_SUBJECT) if _413_SUBJECT.search(text) else None
         if overflow:
-            return FailureKind.CONTEXT_OVERFLOW, overflow
-        return FailureKind.PAYLOAD_TOO_LARGE, status_level
+            return _Verdict(FailureKind.CONTEXT_OVERFLOW, overflow)
+        return _Verdict(FailureKind.PAYLOAD_TOO_LARGE, status_level)
 
-    forbidden = status is None and bool(FORBIDDEN_STATUS_TOKEN.search(text) or _find(text, WAF_GATE_PHRASES))
-    if status == 403 or forbidden:
-        signal = (
-            _find(text, WAF_SIGNAL_PHRASES)
-            or _find_word(text, WAF_SIGNAL_WORDS)
-            or _find(text, HTML_AS_JSON_PHRASES)
-            or next((h for h in WAF_SIGNAL_HEADERS if h in x.headers), None)
-            or ("html body" if _is_html(x) else None)
-        )
-        if signal:
-            return FailureKind.WAF_REJECTION, signal
-    block_page = _find(text, WAF_BLOCK_PAGE_PHRASES)
-    if block_page:
-        return FailureKind.WAF_REJECTION, block_page
-
-    malformed = _find(text, MALFORMED_HISTORY_PHRASES)
-    if malformed:
-        return FailureKind.MALFORMED_HISTORY, malformed
-    if status is None or status < 400 or status in TRANSIENT_STATUSES:  # a 200 stream can still drop
-        network = _network_kind(x, text, history_chars)
-        if network:
-            return network
-    overflow = _overflow_hit(text, status, OVERFLOW_SUBJECT_WORDS)
-    if overflow:
-        return FailureKind.CONTEXT_OVERFLOW, overflow
-    if status in AUTH_STATUSES:
-        return FailureKind.AUTH, f"status {status}"
+    proxy_auth = f"status {said}" if said == PROXY_AUTH_STATUS else find(text, PROXY_AUTH_PHRASES)
+    if proxy_auth:
+        return _Verdict(FailureKind.AUTH, proxy_auth)
+    reading = read_block(x)
+    forbidden = said == 403 or (status is None and bool(find(text, WAF_GATE_PHRASES)))
     if forbidden:
-        return FailureKind.AUTH, "403 without WAF signals"
-    auth = _find(text, AUTH_PHRASES)
+        signal = _waf_signal(x, text, reading.block)
+        if signal:
+            return _Verdict(FailureKind.WAF_REJECTION, signal)
+    elif reading.block and said not in AUTH_STATUSES and (reading.strong or not reading.fault):
+        return _Verdict(FailureKind.WAF_REJECTION, reading.block)
+
+    malformed = find(text, MALFORMED_HISTORY_PHRASES)
+    if malformed:
+        return _Verdict(FailureKind.MALFORMED_HISTORY, malformed)
+    if status is None or status < 400 or status in TRANSIENT_STATUSES:  # a 200 stream can still drop
+        network = _network_kind(x)
+        if network:
+            return _Verdict(*network)
+    # Stated numbers decide: an output budget that alone fills the window is an output limit; input + output
+    # over the window is the input's overflow (SPEC §2.1 "max_tokens" + "exceed"): compaction makes room.
+    split = budget(text)
+    output_limit = output_limit_wording(text)
+    if split and split.output_never_fits:
+        return _Verdict(FailureKind.OUTPUT_LIMIT, f"output {split.output} >= window {split.window}")
+    if output_limit and (split is None or split.input < split.window):
+        return _Verdict(FailureKind.OUTPUT_LIMIT, output_limit)
+    overflow = overflow_wording(text) if said not in AUTH_STATUSES else None
+    if overflow:
+        return _Verdict(FailureKind.CONTEXT_OVERFLOW, overflow)
+    policy = find(text, CONTENT_POLICY_PHRASES)
+    if policy:
+        return _Verdict(FailureKind.OTHER, f"content policy: {policy}")
+    if said in AUTH_STATUSES:
+        return _Verdict(FailureKind.AUTH, f"status {said}")
+    if forbidden:
+        return _Verdict(FailureKind.AUTH, "403 without WAF signals")
+    missing = f"status {said}" if said == NOT_FOUND_STATUS else find(text, NOT_FOUND_PHRASES)
+    if missing:
+        return _Verdict(FailureKind.OTHER, missing)
+    auth = find(text, AUTH_PHRASES)
     if auth:
-        return FailureKind.AUTH, auth
-    if status in TRANSIENT_STATUSES:
-        return FailureKind.TRANSIENT_NETWORK, f"status {status}"
+        return _Verdict(FailureKind.AUTH, auth)
+    if said in TRANSIENT_STATUSES:
+        return _Verdict(FailureKind.TRANSIENT_NETWORK, f"status {said}")
+    server_fault = find(text, SERVER_FAULT_PHRASES) if status is None or status >= 500 else None
+    if server_fault:
+        return _Verdict(FailureKind.TRANSIENT_NETWORK, server_fault)
     if status is not None and status < 400:
-        return FailureKind.OK, f"status {status}"
+        return _Verdict(FailureKind.OK, f"status {status}")
     if status is None and not x.has_error and not text.strip():
-        return FailureKind.OTHER, "nothing to classify"
-    return FailureKind.OTHER, f"status {status}" if status else "no known signal"
+        return _Verdict(FailureKind.OTHER, "nothing to classify")
+    return _Verdict(FailureKind.OTHER, f"status {status}" if status else "no known signal")
 
 
-def _shape_provider(docs: list[object]) -> str | None:
-    """The provider whose error-body shape this is (compatible servers copy OpenAI's)."""
-    for doc in json_objects(docs):
-        inner = doc.get("error")
-        if doc.get("type") == "error" and isinstance(inner, Mapping) and "type" in inner:
-            return "anthropic"
-        if doc.get("object") == "error":
-            return "vllm" if doc.get("type") == "BadRequestError" else "mistral"
-        if isinstance(inner, Mapping) and isinstance(inner.get("status"), str) and "code" in inner:
-            return "gemini"
-        if isinstance(inner, Mapping) and OPENAI_ERROR_KEYS <= inner.keys():
-            return "openai"
-    return None
+_WINDOW_KINDS = frozenset({FailureKind.CONTEXT_OVERFLOW, FailureKind.OUTPUT_LIMIT})
 
 
-def _identify(x: Exchange, text: str) -> tuple[str | None, str | None]:
-    """(provider, middlebox), best effort."""
-    provider = next((p for url in x.urls for host, p in HOST_PROVIDERS if host in url), None)
-    hints = f"{text} {x.headers.get('x-amzn-errortype', '').lower()}"
-    provider = provider or next((p for hint, p in TEXT_PROVIDERS if hint in hints), None)
-    provider = provider or _shape_provider(x.body_docs + x.error_docs)
-    provider = provider or next(
-        (p for name in x.headers for prefix, p in HEADER_PROVIDERS if name.startswith(prefix)), None
-    )
-    provider = provider or next(
-        (p for _, root in x.classes for module, p in MODULE_PROVIDERS if root == module), None
-    )
-    identity = " ".join((text, x.headers.get("server", "").lower(), x.headers.get("via", "").lower()))
-    middlebox = next((m for name, m in MIDDLEBOX_HEADERS if name in x.headers), None)
-    middlebox = next((m for hint, m in MIDDLEBOX_TEXT if hint in identity), None) or middlebox
-    return provider, middlebox
+def _output_cap(text: str) -> int | None:
+    """The output cap an output-limit text states, or the room its budget leaves (window − input)."""
+    split = budget(text)
+    if split is not None and split.input < split.window:
+        return split.window - split.input
+    return stated_output_limit(text)
 
 
-def _chars(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    return int(value) if math.isfinite(value) else 0
-
-
-def _classify(
-    error: object, status: object, body: object, headers: object, request_bytes: object, history_chars: object
-) -> Failure:
-    x = gather(error, status, body, headers)
+def decide(x: Evidence) -> Failure:
+    """The :class:`Failure` the evidence shows (SPEC §2); reads ``x`` only, gathers nothing."""
     if not x.has_error and (x.status is None or x.status < 400):
-        success = _success_outcome(x.body_docs)
+        success = _success_outcome(x)
         if success is not None:
-            provider = success.provider or _identify(x, "")[0]
+            provider = success.provider or identify(x, "").provider
             return dataclasses.replace(success, provider=provider, status=x.status)
-    history = _chars(history_chars)
-    text = "\n".join(x.texts).lower().replace("`", "")
-    kind, evidence = _decide(x, text, history)
-    provider, middlebox = _identify(x, text)
-    if kind in PAYLOAD_KINDS and middlebox:
-        provider = middlebox
-    reason, reason_text = REASONS.get(kind, (None, None))
+    verdict = _decide(x)
+    kind, text = verdict.kind, x.text
+    named = identify(x)
+    provider = named.provider or named.middlebox
+    if kind is FailureKind.WAF_REJECTION:
+        provider = read_block(x).vendor or named.middlebox or provider
+    elif kind in PAYLOAD_KINDS and named.middlebox:
+        provider = named.middlebox
+    reason, reason_text = HEADER_REASON if verdict.header else REASONS.get(kind, (None, None))
     if kind is FailureKind.SUSPECTED_PAYLOAD and reason_text:
-        reason_text = reason_text % format_payload_size(history)
-    rejected = None if kind in (FailureKind.OK, FailureKind.OUTPUT_TRUNCATED) else (
-        positive_int(request_bytes) or x.rejected_bytes
-    )
-    limit = _context_limit(text) if kind is FailureKind.CONTEXT_OVERFLOW else None
+        reason_text = reason_text % format_payload_size(x.history_chars)
+    rejected = None if kind in (FailureKind.OK, FailureKind.OUTPUT_TRUNCATED) else x.request_bytes
     return Failure(
-        kind, reason=reason, reason_text=reason_text, provider=provider or middlebox, status=x.status,
-        rejected_bytes=rejected, evidence=evidence, context_limit_tokens=limit,
+        kind, reason=reason, reason_text=reason_text, provider=provider, status=x.status,
+        rejected_bytes=rejected, evidence=verdict.evidence,
+        context_limit_tokens=context_window(text) if kind in _WINDOW_KINDS else None,
+        output_limit_tokens=_output_cap(text) if kind is FailureKind.OUTPUT_LIMIT else None,
     )
-
-
-def _context_limit(text: str) -> int | None:
-    """The window an overflow text states (the smallest, if several), in tokens."""
-    found = [int(m.group(1)) for p in CONTEXT_LIMIT_PATTERNS for m in p.finditer(text)]
-    found = [n for n in found if n > 0]
-    return min(found) if found else None
 
 
 def classify(
@@ -433,7 +430,7 @@ def classify(
     <FailureKind.CONTEXT_OVERFLOW: 'context_overflow'>
     """
     try:
-        return _classify(error, status, body, headers, request_bytes, history_chars)
+        return decide(gather(error, status, body, headers, request_bytes, history_chars))
     except Exception as exc:  # the documented fallback: a classifier must never mask the real failure
         evidence = f"unclassifiable: {type(exc).__name__}"
         return Failure(FailureKind.OTHER, status=http_status(status), evidence=evidence)

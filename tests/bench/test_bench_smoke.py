@@ -7,6 +7,7 @@ tests only keep the scripts from rotting as the library and the simulator change
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -128,3 +129,35 @@ def test_run_rejects_an_unknown_benchmark_id(bench: Any) -> None:
     runner = bench("run")
     with pytest.raises(SystemExit, match="unknown benchmark P7"):
         runner.main(["--only", "P7"])
+
+
+def test_classify_peers_bench_scores_ctxrecover_and_reports_a_missing_peer(
+    bench: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    peers = bench("bench_classify_peers")
+
+    def absent() -> None:
+        raise ImportError("No module named 'litellm'")
+
+    monkeypatch.setattr(peers, "_litellm_reader", absent)
+    result = peers.run(limit=12)
+    assert result["samples"] == 12
+    assert result["litellm"] == {"status": peers.SKIPPED}
+    scored = result["ctxrecover"]["with_status"]
+    assert sum(entry["total"] for entry in scored["per_kind"].values()) == 12
+    assert 0.0 <= scored["overall"] <= 1.0
+    assert "litellm: skipped" in peers.table(result)
+
+
+def test_classify_peers_bench_scores_litellm_on_the_same_samples(
+    bench: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if importlib.util.find_spec("litellm") is None:  # not imported here: the bench sets its env first
+        pytest.skip("pip install -e .[peers] for the LiteLLM comparison")
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never the network
+    peers = bench("bench_classify_peers")
+    result = peers.run(limit=12)
+    theirs = result["litellm"]["with_status"]
+    assert sum(entry["total"] for entry in theirs["per_kind"].values()) == 12
+    assert set(theirs["per_kind"]) == set(result["ctxrecover"]["with_status"]["per_kind"])
+    assert result["litellm"]["version"]

@@ -97,11 +97,32 @@ def test_spec_2_1_wrapped_413_naming_the_prompt_is_overflow() -> None:
     assert failure.reason == "ctx_too_long"
 
 
-@pytest.mark.parametrize("status", [413, 431])
-def test_spec_2_2_status_413_431_is_payload(status: int) -> None:
+@pytest.mark.parametrize(
+    ("status", "label", "text"),
+    [
+        (413, "payload_413", "proxy/gateway payload limit (413/431)"),
+        (431, "header_431", "request headers too large (431)"),  # SPEC §11: a header fault, not a body cap
+    ],
+)
+def test_spec_2_2_status_413_431_is_payload(status: int, label: str, text: str) -> None:
     failure = classify(status=status, body="")
     assert failure.kind is K.PAYLOAD_TOO_LARGE
-    assert failure.reason == "payload_413"
+    assert (failure.reason, failure.reason_text) == (label, text)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (None, "431 Request Header Fields Too Large"),
+        (400, "<html><head><title>400 Request Header Or Cookie Too Large</title></head></html>"),
+        (400, "Size of a request header field exceeds server limit."),
+        (None, "Error: HTTP 431"),
+    ],
+)
+def test_spec_11_header_faults_are_labelled_header_431(status: int | None, body: str) -> None:
+    failure = classify(status=status, body=body)
+    assert failure.kind is K.PAYLOAD_TOO_LARGE
+    assert failure.reason == "header_431"
 
 
 @pytest.mark.parametrize(
@@ -298,6 +319,8 @@ KIND_PROPERTIES = [
     (K.SUSPECTED_PAYLOAD, True, True),
     (K.MALFORMED_HISTORY, True, False),
     (K.OUTPUT_TRUNCATED, False, False),
+    (K.OUTPUT_LIMIT, False, False),
+    (K.BILLING, False, False),
     (K.AUTH, False, False),
     (K.RATE_LIMIT, False, False),
     (K.TRANSIENT_NETWORK, False, False),
@@ -331,6 +354,8 @@ def test_failure_kind_values_are_the_spec_strings() -> None:
         "suspected_payload",
         "malformed_history",
         "output_truncated",
+        "output_limit",
+        "billing",
         "auth",
         "rate_limit",
         "transient_network",
@@ -481,7 +506,10 @@ def test_guard_pairing_errors_are_malformed_history(text: str) -> None:
     ],
 )
 def test_guard_output_cap_errors_are_not_overflow(text: str) -> None:
-    assert classify(status=400, body=text).kind is K.OTHER
+    # Issue 11: an output cap is its own kind (lower max_tokens, never compact); it used to read as ``other``.
+    failure = classify(status=400, body=text)
+    assert failure.kind is K.OUTPUT_LIMIT
+    assert not failure.recoverable and failure.notice is None
 
 
 # -- Inputs: bytes, JSON, headers, bodies in errors ------------------------------------------------------
@@ -961,6 +989,47 @@ def test_overflow_states_the_window_when_the_text_does(body: str, limit: int | N
     assert failure.context_limit_tokens == limit
 
 
+@pytest.mark.parametrize(
+    ("body", "window", "cap"),
+    [
+        # Issue 11: the output budget alone fills the window; no compaction can make room: lower max_tokens.
+        ("This model's maximum context length is 8192 tokens. However, you requested 8256 tokens (64 in the "
+         "messages, 8192 in the completion).", 8_192, 8_128),
+        ("input length and `max_tokens` exceed context limit: 1200 + 200000 > 200000", 200_000, 198_800),
+        ("'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum context length is "
+         "8192 tokens and your request has 5000 input tokens (4096 > 8192 - 5000)", 8_192, 3_192),
+    ],
+)
+def test_an_output_budget_the_window_cannot_hold_is_an_output_limit(body: str, window: int, cap: int) -> None:
+    failure = classify(status=400, body=body)
+    assert failure.kind is K.OUTPUT_LIMIT
+    assert (failure.context_limit_tokens, failure.output_limit_tokens) == (window, cap)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "input length and `max_tokens` exceed context limit: 197421 + 8192 > 200000",
+        "This model's maximum context length is 4097 tokens, however you requested 4569 tokens (3545 in your "
+        "prompt; 1024 for the completion).",
+        "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 2048. Given: 1887 `inputs` "
+        "tokens and 1024 `max_new_tokens`",
+    ],
+)
+def test_input_plus_output_over_the_window_is_an_overflow(body: str) -> None:
+    # SPEC §2.1 ("max_tokens" + "exceed"): compaction makes room; the session learns the window from it.
+    failure = classify(status=400, body=body)
+    assert failure.kind is K.CONTEXT_OVERFLOW
+    assert failure.context_limit_tokens is not None
+
+
 def test_window_is_only_read_from_overflows() -> None:
     failure = classify(status=429, body="maximum context length is 8000 tokens; rate limit")
     assert failure.context_limit_tokens is None
+
+
+def test_readme_documents_every_kind_and_its_action() -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Failure kinds and what ctxrecover does", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip().strip("`") for line in section.splitlines() if line.startswith("| `")}
+    assert rows == {str(kind) for kind in FailureKind}
