@@ -118,6 +118,8 @@ class FailureKind(StrEnum):
     SUSPECTED_PAYLOAD = "suspected_payload"
     MALFORMED_HISTORY = "malformed_history"
     OUTPUT_TRUNCATED = "output_truncated"
+    OUTPUT_LIMIT = "output_limit"  # a parameter over the model's limit (max_tokens): lower it, never compact
+    BILLING = "billing"  # out of credits, quota or a spend limit: never compact, never retry
     AUTH = "auth"
     RATE_LIMIT = "rate_limit"
     TRANSIENT_NETWORK = "transient_network"
@@ -141,7 +143,8 @@ class Failure:
     ``reason``/``reason_text`` are set for the kinds compaction recovers (§2.5);
     ``evidence`` is the phrase or signal that decided; ``stop_reason`` is the
     provider's stop/finish reason of a successful response;
-    ``context_limit_tokens`` is the context window an overflow error states, if any.
+    ``context_limit_tokens`` is the context window an overflow error states, if any;
+    ``output_limit_tokens`` the output cap an ``output_limit`` error states, if any.
     """
 
     kind: FailureKind
@@ -153,6 +156,7 @@ class Failure:
     evidence: str = ""
     stop_reason: str | None = None
     context_limit_tokens: int | None = None
+    output_limit_tokens: int | None = None
 
     @property
     def recoverable(self) -> bool:
