@@ -702,17 +702,23 @@ class Session:
         cap = self._gateway.effective_cap
         keep = self._keep_recent
         for _ in range(BYTE_FIT_ROUNDS):
-            size = request_size(
-                request.messages, self.wire_format, model=self.model, max_tokens=max_tokens, tools=self.tools
-            )
+            size = self._size_of(request)
             if not cap or size <= cap:
-                break
+                return request
             budget = int(min(budget, total_weight(self._history)) * cap / size * BYTE_FIT_MARGIN)
             changed = self._compact_to(budget, "auto", cancel, keep_recent=keep)
             if not changed and keep <= BYTE_FIT_MIN_KEEP:
                 break
             keep = max(BYTE_FIT_MIN_KEEP, keep // 2)
             request = self._outgoing(max_tokens)
+        if cap and self._size_of(request) > cap:
+            # The last resort before a request known to be over the cap: images too large for the
+            # gateway, the newest included, go to the archive behind their notes.
+            history, images = archive_images(self._history, archive=self.archive, keep_recent=0)
+            if images.images_archived:
+                self.events.notice("images_archived", images.notice)
+                self._history = history
+                request = self._outgoing(max_tokens)
         return request
 
     def _compact_to(
@@ -726,7 +732,9 @@ class Session:
         """Planned compaction to ``budget``; inline images outside the kept messages are archived
         first (so compaction never drops a pixel), which may be enough. True when anything changed."""
         keep = self._keep_recent if keep_recent is None else keep_recent
-        history, images = archive_images(self._history, archive=self.archive, keep_recent=keep)
+        history, images = archive_images(
+            self._history, archive=self.archive, keep_recent=keep, user_first=False
+        )
         if images.images_archived:
             self.events.notice("images_archived", images.notice)
             self._history = history
@@ -866,7 +874,9 @@ class Session:
         """
         budget = self.char_budget(self.policy.manual_budget_ratio)
         keep = 4 if instruction else self._keep_recent
-        self._history, _ = archive_images(self._history, archive=self.archive, keep_recent=keep)
+        self._history, _ = archive_images(
+            self._history, archive=self.archive, keep_recent=keep, user_first=False
+        )
         result = self.compactor.compact(
             self._history,
             budget_chars=budget,

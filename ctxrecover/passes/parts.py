@@ -73,16 +73,28 @@ def _without_images(msg: Message, archive: Archive) -> Message:
 
 
 def archive_images(
-    history: Sequence[Message], *, archive: Archive, keep_recent: int
+    history: Sequence[Message], *, archive: Archive, keep_recent: int, user_first: bool = True
 ) -> tuple[list[Message], ImageReport]:
-    """Archive the inline images of every message before the last ``keep_recent`` messages.
+    """Archive the inline images of every message a compaction keeping ``keep_recent`` may drop.
 
-    System messages (the floor) and ``preserve_verbatim`` messages keep theirs.
-    Returns the input list itself when there is nothing to archive.
+    The kept tail is the last ``keep_recent`` messages; with ``user_first`` (recovery's
+    ``keep_last``) it starts at their first user message, since leading non-user
+    messages are dropped too. Without it (planned compaction) the tail loses only the
+    messages before the history's first user message, when the history does not start
+    with one. Every message before the tail gives its images to the archive; system
+    messages (the floor) and ``preserve_verbatim`` messages keep theirs. Returns the
+    input list itself when there is nothing to archive.
     """
     if keep_recent < 0:
         raise ConfigError(f"archive_images needs keep_recent >= 0 (got {keep_recent})")
     end = max(0, len(history) - keep_recent)
+    roles = [m.role for m in history]
+    if user_first:
+        end = next((i for i in range(end, len(history)) if roles[i] == "user"), len(history))
+    else:
+        first = next((i for i, role in enumerate(roles) if role != "system"), len(history))
+        if first < len(history) and roles[first] != "user" and "user" in roles[first:]:
+            end = max(end, roles.index("user", first))
     targets = [
         i
         for i in range(end)
