@@ -40,12 +40,11 @@ from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.compactor import CompactionReport, HistoryCompactor
 from ctxrecover.errors import (
     ContentBlockedError,
-    HeaderFaultError,
     PayloadFloorError,
     RecoveryExhausted,
     UnrecoverableFailure,
 )
-from ctxrecover.events import Event, EventBus, Notice, SessionStats
+from ctxrecover.events import Event, EventBus, SessionStats
 from ctxrecover.messages import Message
 from ctxrecover.passes.dedup_reads import dedup_repeated_reads
 from ctxrecover.passes.floor import age_skill_blocks
@@ -57,12 +56,9 @@ from ctxrecover.passes.truncate import leading_system_count
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.recovery import (
     CONTENT_BLOCK_CODE,
-    CONTENT_BLOCK_NOTICE,
     HEADER_FAULT_CODE,
-    HEADER_FAULT_NOTICE,
     OUTPUT_LIMIT_CODE,
     OUTPUT_LIMIT_NOTICE,
-    ROLE_LABELS,
     GatewayModel,
     Judgement,
     RecoveryContext,
@@ -70,16 +66,21 @@ from ctxrecover.recovery import (
     Verdict,
     body_key,
     cap_notice,
-    diagnose_floor,
     preflight,
     recover,
     repair_malformed,
     response_text,
-    smallest_request_diagnosis,
+)
+from ctxrecover.recovery.diagnosis import (
+    content_block_error,
+    floor_error,
+    header_fault_error,
+    least_history,
+    lowered_max_tokens,
 )
 from ctxrecover.recovery.escalation import OutputEscalation
 from ctxrecover.senders import ChatRequest, ChatResponse, Sender
-from ctxrecover.sizes import char_budget, format_payload_size, image_chars, image_tokens, total_weight
+from ctxrecover.sizes import char_budget, image_chars, image_tokens, total_weight
 from ctxrecover.summarize import (
     CancelToken,
     ContextEngine,
@@ -92,7 +93,6 @@ from ctxrecover.wire import (
     DEFAULT_ANTHROPIC_MAX_TOKENS,
     WireFormat,
     encode_request,
-    history_bytes,
     request_size,
 )
 
@@ -425,7 +425,9 @@ class Session:
         failure = judged.failure
         if judged.verdict is Verdict.HEADER_FAULT:
             self._gateway = judged.model
-            raise self._header_fault(exc, failure, self._size_of(request)) from exc
+            error = header_fault_error(getattr(exc, "header_bytes", None), self._size_of(request), failure)
+            self.events.notice(HEADER_FAULT_CODE, str(error))
+            raise error from exc
         if judged.verdict is Verdict.CONTENT_BLOCK:
             raise self._content_block(judged, request, turn) from exc
         if judged.verdict is Verdict.RETRY or failure.kind is FailureKind.TRANSIENT_NETWORK:
@@ -529,18 +531,6 @@ class Session:
         alone = request_size(system, self.wire_format, model=self.model, max_tokens=max_tokens)
         return alone, self._request_bytes(system, max_tokens) - alone
 
-    def _smallest_possible(self, max_tokens: int | None) -> int:
-        """A lower bound of the smallest request compaction can produce: the system messages and
-        the newest message, cut to the shortest any pass leaves it (whole when verbatim)."""
-        count = leading_system_count(self._history)
-        kept = self._history[:count]
-        if len(self._history) > count:
-            newest = self._history[-1]
-            if not newest.preserve_verbatim and len(newest.content) > self.policy.shrink_min_chars:
-                newest = newest.replace(content=newest.content[: self.policy.shrink_min_chars])
-            kept = [*kept, newest]
-        return self._request_bytes(kept, max_tokens)
-
     def _floor_error(
         self,
         failure: Failure | None,
@@ -550,40 +540,35 @@ class Session:
         smallest: int | None = None,
         warn: bool = False,
     ) -> PayloadFloorError | None:
-        """The floor diagnosis (SPEC §6.2, §11) against the smallest rejected size, real bytes.
+        """The floor diagnosis (SPEC §6.2, §11) against the smallest rejected size, in real bytes.
 
-        What is over, in this order: the system prompt (§6.2's text), the system prompt
-        with the tool definitions, or the smallest request compaction can produce
-        (``smallest`` when compaction produced it, else the least any compaction could
-        leave). Returns the error to raise (the history goes back to before this turn's
-        recovery), or None — after the ``⚠`` warning when ``warn`` and the system prompt
-        is at ¾ of the rejected size.
+        ``smallest`` is the smallest request compaction produced, when it did; else the
+        least any compaction could leave is measured. Returns the error to raise (the
+        history goes back to before this turn's recovery), or None — after the ``⚠``
+        warning when ``warn``.
         """
         rejected = self._gateway.smallest_rejected or (failure.rejected_bytes if failure else None)
         if not rejected:
             return None
         system, tools = self._base_sizes(max_tokens)
-        diagnosis = diagnose_floor(system, rejected, policy=self.policy, tools_bytes=tools)
-        if not diagnosis.fail_fast:
-            least = self._smallest_possible(max_tokens) if smallest is None else smallest
-            if least >= rejected:
-                diagnosis = smallest_request_diagnosis(
-                    least, rejected, system_bytes=system, tools_bytes=tools
-                )
-        if not diagnosis.fail_fast or diagnosis.notice is None:
-            if warn and diagnosis.notice is not None:
-                self.events.emit(diagnosis.notice)
+        error, warning = floor_error(
+            system_bytes=system,
+            tools_bytes=tools,
+            rejected_bytes=rejected,
+            smallest=smallest
+            if smallest is not None
+            else lambda: self._request_bytes(least_history(self._history, self.policy), max_tokens),
+            policy=self.policy,
+            failure=failure,
+            attempts=turn.attempts,
+        )
+        if error is None:
+            if warn and warning is not None:
+                self.events.emit(warning)
             return None
         if turn.before_recovery is not None:
             self._restore(turn.before_recovery)
-        return PayloadFloorError(
-            diagnosis.notice.message,
-            failure=failure,
-            attempts=turn.attempts,
-            over=diagnosis.over or "",
-            over_bytes=diagnosis.over_bytes,
-            rejected_bytes=rejected,
-        )
+        return error
 
     def _restore(self, checkpoint: _Checkpoint) -> None:
         self._history = list(checkpoint.history)
@@ -608,36 +593,16 @@ class Session:
         return self._content_block_error(judged.failure.rejected_bytes or size, judged.failure, turn)
 
     def _content_block_error(self, size: int, failure: Failure | None, turn: _Turn) -> ContentBlockedError:
-        index = len(self._history) - 1
-        newest = self._history[index] if index >= 0 else Message.user("")
-        newest_bytes = history_bytes([newest], self.wire_format)
-        accepted = self._gateway.largest_accepted
-        message = CONTENT_BLOCK_NOTICE % (
-            format_payload_size(size),
-            format_payload_size(accepted),
-            index,
-            ROLE_LABELS[newest.role],
-            format_payload_size(newest_bytes),
-        )
-        self.events.emit(Notice(CONTENT_BLOCK_CODE, message))
-        return ContentBlockedError(
-            message,
+        error = content_block_error(
+            self._history,
+            self.wire_format,
+            request_bytes=size,
+            largest_accepted=self._gateway.largest_accepted,
             failure=failure,
             attempts=turn.attempts,
-            message_index=index,
-            message_bytes=newest_bytes,
-            request_bytes=size,
-            largest_accepted=accepted,
         )
-
-    def _header_fault(self, exc: Exception, failure: Failure, body_size: int) -> HeaderFaultError:
-        """HTTP 431: one diagnosis naming the header size; no body cap, no compaction."""
-        sent = getattr(exc, "header_bytes", None)
-        sent = sent if isinstance(sent, int) and not isinstance(sent, bool) and sent > 0 else None
-        headers_text = format_payload_size(sent) if sent else "an unknown size"
-        message = HEADER_FAULT_NOTICE % (headers_text, format_payload_size(body_size))
-        self.events.emit(Notice(HEADER_FAULT_CODE, message))
-        return HeaderFaultError(message, failure=failure, header_bytes=sent, request_bytes=body_size)
+        self.events.notice(CONTENT_BLOCK_CODE, str(error))
+        return error
 
     def _lower_max_tokens(
         self, failure: Failure, request: ChatRequest, turn: _Turn, exc: Exception
@@ -647,12 +612,8 @@ class Session:
         current = request.max_tokens
         if current is None and self.wire_format is WireFormat.ANTHROPIC:
             current = DEFAULT_ANTHROPIC_MAX_TOKENS
-        stated = failure.output_limit_tokens
-        if stated and (current is None or stated < current):
-            lowered: int | None = stated
-        else:
-            lowered = current // 2 if current else None
-        if not lowered or turn.output_lowerings >= OUTPUT_LIMIT_RETRIES:
+        lowered = lowered_max_tokens(failure, current)
+        if lowered is None or turn.output_lowerings >= OUTPUT_LIMIT_RETRIES:
             raise UnrecoverableFailure(
                 f"output_limit: {failure.evidence or 'max_tokens rejected'} (max_tokens={current})",
                 failure=failure,

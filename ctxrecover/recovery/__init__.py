@@ -9,13 +9,7 @@ from ctxrecover.recovery.gateway import (
     RefusedBody,
     Rejection,
     Verdict,
-    body_key,
     cap_notice,
-    failure_signature,
-    is_ambiguous,
-    is_header_fault,
-    page_fingerprint,
-    response_text,
 )
 from ctxrecover.recovery.ladder import (
     ComposedStep,
@@ -60,6 +54,14 @@ from ctxrecover.recovery.notices import (
 )
 from ctxrecover.recovery.preflight import PreflightResult, preflight, preflight_threshold
 from ctxrecover.recovery.recover import MALFORMED_HISTORY_ATTEMPTS, RecoveryResult, recover, repair_malformed
+from ctxrecover.recovery.signals import (
+    body_key,
+    failure_signature,
+    is_ambiguous,
+    is_header_fault,
+    page_fingerprint,
+    response_text,
+)
 
 __all__ = [
     "ASSUMED_CAP_CODE",

@@ -31,9 +31,6 @@ or a replay recording it — can keep, compare and persist every state
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -53,54 +50,13 @@ from ctxrecover.recovery.notices import (
     SUSPECTED_REPEAT_REASON,
     size_text,
 )
+from ctxrecover.recovery.signals import failure_signature, is_ambiguous, is_header_fault
 from ctxrecover.sizes import format_payload_size
 
-__all__ = [
-    "CAP_TARGETS",
-    "GatewayModel",
-    "Judgement",
-    "RefusedBody",
-    "Rejection",
-    "Verdict",
-    "body_key",
-    "cap_notice",
-    "failure_signature",
-    "is_ambiguous",
-    "is_header_fault",
-    "page_fingerprint",
-    "response_text",
-]
+__all__ = ["CAP_TARGETS", "GatewayModel", "Judgement", "RefusedBody", "Rejection", "Verdict", "cap_notice"]
 
-HEADER_FAULT_STATUS = 431
-HEADER_FAULT_REASON = "header_431"
-#: Gateway statuses that may hide an upstream body-size rejection (an Envoy 503 masking a 413).
-AMBIGUOUS_STATUSES = frozenset({502, 503, 504})
-#: Failures before any body byte left (connect, DNS, pool): their size says nothing about the body.
-CONNECT_PHASE_MARKERS = (
-    "connecterror",
-    "connecttimeout",
-    "connection refused",
-    "pooltimeout",
-    "proxyerror",
-    "name or service not known",
-    "nodename nor servname",
-    "getaddrinfo",
-    "no route to host",
-    "network is unreachable",
-)
-TIMEOUT_MARKERS = ("timeout", "timed out")
 #: Refused bodies remembered (newest kept): enough for every attempt of several recent turns.
 REFUSED_MEMORY = 32
-FINGERPRINT_CHARS = 512
-FINGERPRINT_HEX = 8
-BODY_KEY_HEX = 16
-MAX_CHAIN = 16
-RECALL_KEY_BYTES_RE = re.compile(rb"<<ccr:[0-9a-f]{16}>>")
-RECALL_KEY_PLACEHOLDER = b"<<ccr:*>>"
-TITLE_RE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
-TAG_RE = re.compile(r"<[^>]*>")
-VOLATILE_RE = re.compile(r"[\w.:-]*\d[\w.:-]*")  # request ids, ray ids, timestamps, sizes
-SPACE_RE = re.compile(r"\s+")
 COUNT_FIELDS = ("configured_cap", "largest_accepted", "accepted_requests", "content_blocks", "header_faults")
 DEFINITIVE_KINDS = frozenset({FailureKind.PAYLOAD_TOO_LARGE, FailureKind.WAF_REJECTION})
 
@@ -126,7 +82,7 @@ class Rejection:
 
 @dataclass(frozen=True, slots=True)
 class RefusedBody:
-    """A refused request body: its :func:`body_key`, size and :class:`Verdict` value."""
+    """A refused request body: its :func:`~ctxrecover.recovery.signals.body_key`, size and verdict."""
 
     key: str
     size: int
@@ -145,87 +101,6 @@ class Judgement:
     verdict: Verdict
     failure: Failure
     signature: str = ""
-
-
-# -- reading a failure ----------------------------------------------------------------------------------
-
-def is_header_fault(failure: Failure) -> bool:
-    """True for a header fault: reason ``header_431`` or status 431 (SPEC §11)."""
-    return failure.reason == HEADER_FAULT_REASON or failure.status == HEADER_FAULT_STATUS
-
-
-def _is_provider_json(body: str | None) -> bool:
-    text = (body or "").strip()
-    if not text.startswith("{"):
-        return False
-    try:
-        return isinstance(json.loads(text), dict)
-    except ValueError:
-        return False
-
-
-def is_ambiguous(failure: Failure, body: str | None = None) -> bool:
-    """True for a failure that may hide a body-size limit: a drop or timeout after the body
-    started, or a 502/503/504 whose body is not the provider's JSON (SPEC §11)."""
-    if failure.kind is FailureKind.SUSPECTED_PAYLOAD:
-        return True
-    if failure.kind is not FailureKind.TRANSIENT_NETWORK:
-        return False
-    if failure.status is None:
-        evidence = failure.evidence.lower()
-        return not any(marker in evidence for marker in CONNECT_PHASE_MARKERS)
-    return failure.status in AMBIGUOUS_STATUSES and not _is_provider_json(body)
-
-
-def page_fingerprint(body: str | None) -> str:
-    """A short hash of the page a gateway answered with: its HTML title, else its text,
-    lower-cased, with numbers and ids folded, so the same page gives the same print."""
-    text = body or ""
-    title = TITLE_RE.search(text)
-    text = title.group(1) if title else TAG_RE.sub(" ", text)
-    text = SPACE_RE.sub(" ", VOLATILE_RE.sub("#", text.lower())).strip()[:FINGERPRINT_CHARS]
-    return hashlib.sha256(text.encode()).hexdigest()[:FINGERPRINT_HEX] if text else ""
-
-
-def failure_signature(failure: Failure, body: str | None = None) -> str:
-    """``kind:status:fingerprint``; network failures are one family per phase (drop or timeout)."""
-    family = failure.kind.value
-    if failure.kind in (FailureKind.TRANSIENT_NETWORK, FailureKind.SUSPECTED_PAYLOAD):
-        evidence = failure.evidence.lower()
-        family = "network-timeout" if any(m in evidence for m in TIMEOUT_MARKERS) else "network-drop"
-    status = "-" if failure.status is None else str(failure.status)
-    return f"{family}:{status}:{page_fingerprint(body)}"
-
-
-def response_text(error: BaseException | None) -> str | None:
-    """The response body an exception carries (``body`` or ``response.text``), through its cause chain."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen and len(seen) < MAX_CHAIN:
-        seen.add(id(current))
-        body = getattr(current, "body", None)
-        if isinstance(body, bytes):
-            return body.decode("utf-8", "replace")
-        if isinstance(body, str) and body:
-            return body
-        if isinstance(body, Mapping | list):
-            return json.dumps(body)
-        response = getattr(current, "response", None)
-        try:
-            text = getattr(response, "text", None)
-        except Exception:  # a streamed response that was never read
-            text = None
-        if isinstance(text, str) and text:
-            return text
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def body_key(body: bytes) -> str:
-    """A hash of a request body with every ``<<ccr:KEY>>`` recall key replaced by a placeholder:
-    two bodies that differ only by fresh recall keys get the same key."""
-    normalised = RECALL_KEY_BYTES_RE.sub(RECALL_KEY_PLACEHOLDER, body)
-    return hashlib.sha256(normalised).hexdigest()[:BODY_KEY_HEX]
 
 
 # -- cap strategies -------------------------------------------------------------------------------------
@@ -259,7 +134,7 @@ class GatewayModel:
     evidence; ``suspects`` are ambiguous failures seen once, not yet size evidence.
     ``learned_cap`` is the strategy's target inside the evidence's interval
     (``assumed_cap`` when it is the 4 MB guess of SPEC §6.1 for a rejection of unknown
-    size). ``refused`` remembers the newest refused bodies (:func:`body_key`), so none is
+    size). ``refused`` remembers the newest refused bodies (by ``body_key``), so none is
     sent again. ``payload_notice_sent`` / ``uncapped_warning_sent`` are the once-per-session
     flags of the payload notice message (§6.6) and the pre-flight warning (§7).
     """
