@@ -59,6 +59,7 @@ from ctxrecover.recovery import (
     HEADER_FAULT_CODE,
     OUTPUT_LIMIT_CODE,
     OUTPUT_LIMIT_NOTICE,
+    RECOVERABLE_FAILURE_CODE,
     GatewayModel,
     Judgement,
     RecoveryContext,
@@ -440,7 +441,11 @@ class Session:
             raise UnrecoverableFailure(
                 f"{failure.kind}: {failure.evidence or failure.kind}", failure=failure, attempts=turn.attempts
             ) from exc
+        announced = False
         if judged.verdict is Verdict.SIZE_LIMIT:
+            if failure.notice:  # SPEC §6's order: the retry notice, then what the rejection teaches
+                self.events.notice(RECOVERABLE_FAILURE_CODE, failure.notice)
+                announced = True
             if turn.before_recovery is None:
                 turn.before_recovery = _Checkpoint(
                     list(self._history), before, self.tool_result_budget_chars, self.tool_result_max_chars
@@ -454,7 +459,8 @@ class Session:
         retry = request
         while turn.attempts < self.policy.max_recovery_attempts:
             turn.attempts += 1
-            self._recover(failure, turn.attempts)
+            self._recover(failure, turn.attempts, announce=not announced)
+            announced = False
             self._learn_window(failure)
             retry = self._prologue(turn.max_tokens, cancel)
             if self._known_failure(retry) is None:
@@ -747,7 +753,7 @@ class Session:
             self.context_window = limit
             self.events.notice("learned_window", LEARNED_WINDOW_NOTICE % limit)
 
-    def _recover(self, failure: Failure, attempt: int) -> None:
+    def _recover(self, failure: Failure, attempt: int, *, announce: bool = True) -> None:
         """One recovery attempt (SPEC §6 steps 3–7): the ladder step and, once, the payload notice."""
         ctx = RecoveryContext(
             policy=self.policy,
@@ -766,6 +772,7 @@ class Session:
             events=self.events,
             before_rewrite=self.compactor.prepare_rewrite,
             payload_notice=payload_notice,
+            announce=announce,
         )
         if payload_notice:
             self._gateway = self._gateway.replace(payload_notice_sent=True)

@@ -76,11 +76,13 @@ def recover(
     events: EventBus,
     before_rewrite: Callable[[list[Message]], object] | None = None,
     payload_notice: bool = False,
+    announce: bool = True,
 ) -> RecoveryResult:
     """One recovery attempt for a rejected request (SPEC §6 steps 3–7, without the retry).
 
     In order: emit ``failure.notice`` (``⚠ Recoverable failure (…) — compacting
-    and retrying``); ``before_rewrite(history)`` — the caller's memory flush and
+    and retrying``; ``announce=False`` when the caller already said it, before
+    what the gateway model concluded); ``before_rewrite(history)`` — the caller's memory flush and
     undo snapshot —, ``PreCompact("recovery")``, inline images outside the last
     ``policy.nuclear_keep_messages`` messages archived, the ladder step for
     ``attempt`` (1-based; it archives what it drops), the payload notice message
@@ -100,7 +102,7 @@ def recover(
         )
     level = ladder.level_for(attempt)
     notices: list[Notice] = []
-    if failure.notice:
+    if failure.notice and announce:
         notice = Notice(RECOVERABLE_FAILURE_CODE, failure.notice)
         notices.append(notice)
         events.emit(notice)

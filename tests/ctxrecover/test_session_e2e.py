@@ -116,10 +116,13 @@ def test_corporate_waf_learns_cap_from_first_rejection_and_succeeds_next() -> No
         "⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) — compacting and retrying"
         in lines
     )
-    assert (
+    learned = (
         f"ℹ Gateway rejected a {format_payload_size(rejected)} request — payload cap set to "
         f"{format_payload_size(rejected * 3 // 4)} for this session (export CHATCLI_MAX_PAYLOAD to override)"
-    ) in lines
+    )
+    retry = "⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) — compacting and retrying"
+    assert lines.index(retry) < lines.index(learned)  # SPEC §6: the retry line, then what it teaches
+    assert lines.count(retry) == 1
     assert session.stats.rejected_requests == 1
 
 
