@@ -107,7 +107,7 @@ class SendFailed(CtxRecoverError):
 
     ``request_bytes`` is the exact size of the body that was rejected (the
     learned payload cap derives from it); ``header_bytes`` the size of the
-    request's header lines, when the sender knows it (a 431 names it).
+    request's head (request line and headers), when the sender knows it (a 431 names it).
     ``status``/``body``/``headers`` are set when an HTTP answer came back; for a
     dropped connection the transport error is the ``__cause__``.
     """
@@ -130,14 +130,13 @@ class SendFailed(CtxRecoverError):
         self.headers = dict(headers or {})
 
 
-def header_bytes(headers: Any) -> int | None:
-    """Bytes of the header lines of a request (``name: value\r\n`` each), from an httpx-like
-    ``Headers`` (``.raw`` pairs) or a mapping; None when there is nothing to read."""
+def header_bytes(request: Any) -> int | None:
+    """Bytes of a request's head on the wire — request line, header lines, blank line — as a proxy
+    counts them against its header limit (HTTP 431); from an httpx-like request, None when unreadable."""
     try:
-        raw = getattr(headers, "raw", None)
-        pairs = raw if raw is not None else [(str(k).encode(), str(v).encode()) for k, v in headers.items()]
-        return sum(len(name) + len(value) + 4 for name, value in pairs)
-    except Exception:  # no headers to read (raised before sending) or not a mapping
+        line = len(request.method) + 1 + len(request.url.raw_path) + len(" HTTP/1.1\r\n")
+        return line + sum(len(name) + len(value) + 4 for name, value in request.headers.raw) + 2
+    except Exception:  # no request (raised before sending) or not an httpx-like one
         return None
 
 
@@ -226,7 +225,7 @@ class HttpxSender:
                 status=response.status_code,
                 body=text,
                 headers=response.headers,
-                header_bytes=header_bytes(response.request.headers),
+                header_bytes=header_bytes(response.request),
             )
         try:
             raw = json.loads(text)
@@ -285,10 +284,10 @@ def _sent_bytes(exc: BaseException) -> int | None:
 
 
 def _sent_header_bytes(exc: BaseException) -> int | None:
-    """Bytes of the header lines of the request an SDK error carries, when it has one."""
+    """Bytes of the head of the request an SDK error carries, when it has one."""
     try:
-        return header_bytes(exc.request.headers)  # type: ignore[attr-defined]
-    except Exception:  # no request (raised before sending) or not an httpx-like one
+        return header_bytes(exc.request)  # type: ignore[attr-defined]
+    except Exception:  # the SDK raises when an error has no request
         return None
 
 
