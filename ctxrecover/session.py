@@ -465,8 +465,12 @@ class Session:
             retry = self._prologue(turn.max_tokens, cancel)
             if self._known_failure(retry) is None:
                 return retry
+        # Compaction did all it could: when its smallest request is still as large as a rejected one,
+        # the floor diagnosis says so (whatever the cap strategy: the evidence is the same).
         retry_size = self._size_of(retry)
-        if retry is not request and self._gateway.known_too_large(retry_size):
+        rejected = self._gateway.smallest_rejected or failure.rejected_bytes
+        floor_reached = rejected is not None and retry_size >= rejected
+        if judged.verdict is Verdict.SIZE_LIMIT and retry is not request and floor_reached:
             error = self._floor_error(failure, turn, retry.max_tokens, smallest=retry_size)
             if error is not None:
                 raise error from exc
