@@ -121,7 +121,6 @@ CAP_TARGETS: Mapping[str, Callable[[int, int, Policy], int] | None] = {
     "bisection": _bisection,
     "none": None,
 }
-assert set(CAP_TARGETS) == set(CAP_STRATEGIES)
 
 
 # -- the model ------------------------------------------------------------------------------------------

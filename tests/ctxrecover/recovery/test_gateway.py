@@ -18,8 +18,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.errors import ConfigError
-from ctxrecover.policy import DEFAULT_POLICY, Policy
+from ctxrecover.policy import CAP_STRATEGIES, DEFAULT_POLICY, Policy
 from ctxrecover.recovery import (
+    CAP_TARGETS,
     GatewayModel,
     Verdict,
     body_key,
@@ -142,6 +143,10 @@ def test_the_none_strategy_records_evidence_but_learns_no_cap() -> None:
     assert judged.model.learned_cap is None and judged.model.hard_limit is None
     assert not judged.model.known_too_large(10 * REJECTED)
     assert judge(GatewayModel.from_policy(policy), nginx_413(), None, policy).model.learned_cap is None
+
+
+def test_every_policy_strategy_has_a_target() -> None:
+    assert set(CAP_TARGETS) == set(CAP_STRATEGIES)
 
 
 def test_known_too_large_is_at_or_above_the_smallest_rejection() -> None:
