@@ -24,7 +24,9 @@ from ctxrecover.errors import (
     ArchiveError,
     CompactionCancelled,
     ConfigError,
+    ContentBlockedError,
     CtxRecoverError,
+    HeaderFaultError,
     PayloadFloorError,
     RecoveryError,
     RecoveryExhausted,
@@ -43,7 +45,15 @@ from ctxrecover.events import (
 from ctxrecover.loops import Panel, oneshot
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.policy import CHAT_POLICY, DEFAULT_POLICY, ConfigWarning, Policy
-from ctxrecover.recovery import Level1, Level2, Level3, OutputEscalation, PayloadCapState, RecoveryLadder
+from ctxrecover.recovery import (
+    GatewayModel,
+    Level1,
+    Level2,
+    Level3,
+    OutputEscalation,
+    RecoveryLadder,
+    Verdict,
+)
 from ctxrecover.senders import (
     AnthropicSDKSender,
     ChatRequest,
@@ -95,6 +105,7 @@ __all__ = [
     "CompactionReport",
     "ConfigError",
     "ConfigWarning",
+    "ContentBlockedError",
     "ContextEngineSummarizer",
     "CtxRecoverError",
     "DEFAULT_POLICY",
@@ -102,6 +113,8 @@ __all__ = [
     "EventBus",
     "Failure",
     "FailureKind",
+    "GatewayModel",
+    "HeaderFaultError",
     "HistoryCompactor",
     "HttpSummarizer",
     "HttpxSender",
@@ -115,7 +128,6 @@ __all__ = [
     "OpenAISDKSender",
     "OutputEscalation",
     "Panel",
-    "PayloadCapState",
     "PayloadFloorError",
     "Policy",
     "PostCompact",
@@ -136,6 +148,7 @@ __all__ = [
     "SummaryResult",
     "ToolCall",
     "UnrecoverableFailure",
+    "Verdict",
     "WireFormat",
     "WireSizeTracker",
     "char_budget",

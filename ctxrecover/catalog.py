@@ -48,9 +48,10 @@ class ModelSpec:
     max_output_tokens: int | None = None
 
 
-# Keys are prefixes of normalised model ids; the longest matching prefix wins.
+# Keys are prefixes of normalised model ids; the longest matching prefix wins. The output caps bound
+# max-token escalation (SPEC §8, §11); a provider's 400 that states a lower one is learned per session.
 MODEL_CATALOG: dict[str, ModelSpec] = {
-    # OpenAI
+    # OpenAI — context window / max output tokens per model: https://platform.openai.com/docs/models
     "gpt-3.5-turbo": ModelSpec(16_385, 4_096),
     "gpt-4": ModelSpec(8_192, 8_192),
     "gpt-4-32k": ModelSpec(32_768, 8_192),
@@ -71,7 +72,7 @@ MODEL_CATALOG: dict[str, ModelSpec] = {
     "o3": ModelSpec(200_000, 100_000),
     "o3-mini": ModelSpec(200_000, 100_000),
     "o4-mini": ModelSpec(200_000, 100_000),
-    # Anthropic
+    # Anthropic — https://docs.anthropic.com/en/docs/about-claude/models/overview (max output column)
     "claude-": ModelSpec(200_000),
     "claude-2": ModelSpec(100_000, 4_096),
     "claude-2.1": ModelSpec(200_000, 4_096),
@@ -89,19 +90,19 @@ MODEL_CATALOG: dict[str, ModelSpec] = {
     "claude-opus-4": ModelSpec(200_000, 32_000),
     "claude-opus-4-5": ModelSpec(200_000, 64_000),
     "claude-haiku-4": ModelSpec(200_000, 64_000),
-    # Google
+    # Google — https://ai.google.dev/gemini-api/docs/models (input / output token limits)
     "gemini-1.0-pro": ModelSpec(32_760, 8_192),
     "gemini-1.5-flash": ModelSpec(1_048_576, 8_192),
     "gemini-1.5-pro": ModelSpec(2_097_152, 8_192),
     "gemini-2.0-flash": ModelSpec(1_048_576, 8_192),
     "gemini-2.5": ModelSpec(1_048_576, 65_536),
     "gemini-3": ModelSpec(1_048_576, 65_536),
-    # xAI
+    # xAI — https://docs.x.ai/docs/models (context length; output caps not published per model)
     "grok-2": ModelSpec(131_072),
     "grok-3": ModelSpec(131_072),
     "grok-4": ModelSpec(256_000),
     "grok-code-fast": ModelSpec(256_000),
-    # Moonshot
+    # Moonshot — https://platform.moonshot.ai/docs (model names carry their window)
     "moonshot-v1-8k": ModelSpec(8_192),
     "moonshot-v1-32k": ModelSpec(32_768),
     "moonshot-v1-128k": ModelSpec(131_072),

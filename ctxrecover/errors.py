@@ -11,7 +11,9 @@ exceptions are what the library itself raises::
     ├── CompactionCancelled         a cancel token or deadline stopped compaction
     └── RecoveryError               a turn could not be completed (carries the failure)
         ├── RecoveryExhausted       every recovery attempt was spent
-        ├── PayloadFloorError       the system prompt alone is over the gateway's limit
+        ├── PayloadFloorError       what compaction cannot shrink is over the gateway's limit
+        ├── ContentBlockedError     the gateway refused the content, not the size (SPEC §11)
+        ├── HeaderFaultError        the gateway refused the request headers (HTTP 431)
         └── UnrecoverableFailure    the failure kind is not recoverable (auth, rate limit, …)
 """
 
@@ -27,7 +29,9 @@ __all__ = [
     "ArchiveError",
     "CompactionCancelled",
     "ConfigError",
+    "ContentBlockedError",
     "CtxRecoverError",
+    "HeaderFaultError",
     "PayloadFloorError",
     "RecoveryError",
     "RecoveryExhausted",
@@ -84,7 +88,76 @@ class RecoveryExhausted(RecoveryError):
 
 
 class PayloadFloorError(RecoveryError):
-    """The non-compactable base (system prompt) alone meets the size the gateway rejected."""
+    """What compaction cannot shrink meets the size the gateway rejected; no request was wasted on it.
+
+    ``over`` names it — ``"system_prompt"``, ``"tool_definitions"`` (system prompt + tool
+    definitions) or ``"smallest_request"`` (the smallest request compaction produced) —
+    ``over_bytes`` is its real size and ``rejected_bytes`` the smallest size the gateway
+    rejected. The session's history is left as it was before the failed turn's recovery.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        failure: Failure | None = None,
+        attempts: int = 0,
+        over: str = "system_prompt",
+        over_bytes: int = 0,
+        rejected_bytes: int = 0,
+    ) -> None:
+        super().__init__(message, failure=failure, attempts=attempts)
+        self.over = over
+        self.over_bytes = over_bytes
+        self.rejected_bytes = rejected_bytes
+
+
+class ContentBlockedError(RecoveryError):
+    """The gateway refused a request no larger than one it had accepted: its content, not its size.
+
+    Nothing was compacted for it and the learned cap is unchanged. ``message_index`` is
+    the newest message of ``session.history`` (the usual trigger) and ``message_bytes``
+    its size on the wire; ``request_bytes`` the refused request, ``largest_accepted`` the
+    largest request the gateway accepted. ``Session.set_aside(message_index)`` archives
+    that message behind a recall marker so the conversation can go on.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        failure: Failure | None = None,
+        attempts: int = 0,
+        message_index: int = -1,
+        message_bytes: int = 0,
+        request_bytes: int = 0,
+        largest_accepted: int = 0,
+    ) -> None:
+        super().__init__(message, failure=failure, attempts=attempts)
+        self.message_index = message_index
+        self.message_bytes = message_bytes
+        self.request_bytes = request_bytes
+        self.largest_accepted = largest_accepted
+
+
+class HeaderFaultError(RecoveryError):
+    """The gateway refused the request headers (HTTP 431): compaction cannot help, none was tried.
+
+    ``header_bytes`` is the size of the headers sent (``None`` when the sender could not
+    tell), ``request_bytes`` the body's.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        failure: Failure | None = None,
+        header_bytes: int | None = None,
+        request_bytes: int = 0,
+    ) -> None:
+        super().__init__(message, failure=failure, attempts=0)
+        self.header_bytes = header_bytes
+        self.request_bytes = request_bytes
 
 
 class UnrecoverableFailure(RecoveryError):

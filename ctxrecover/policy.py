@@ -30,6 +30,7 @@ from ctxrecover.errors import ConfigError
 from ctxrecover.sizes import MIB, parse_payload_size
 
 __all__ = [
+    "CAP_STRATEGIES",
     "CHAT_POLICY",
     "DEFAULT_POLICY",
     "ENV_VARIABLES",
@@ -59,6 +60,11 @@ ENV_VARIABLES: Mapping[str, str] = MappingProxyType(
     }
 )
 
+# How the gateway model turns its evidence into a learned payload cap (SPEC §11; recovery/gateway.py):
+# ¾ of the smallest size-consistent rejection, never below the largest accepted size (the seed's rule);
+# the midpoint of the two (bisection); or no learned cap at all (a baseline for comparisons).
+CAP_STRATEGIES: tuple[str, ...] = ("three_quarters", "bisection", "none")
+
 # Fractions that must lie in (0, 1].
 RATIO_FIELDS: tuple[str, ...] = (
     "budget_ratio",
@@ -68,6 +74,7 @@ RATIO_FIELDS: tuple[str, ...] = (
     "payload_cap_headroom",
     "level1_budget_factor",
     "learned_cap_factor",
+    "bisection_tolerance",
     "floor_warning_fraction",
     "preflight_cap_fraction",
     "verbatim_budget_fraction",
@@ -198,8 +205,12 @@ class Policy:
     level1_budget_factor: float = 0.5
     #: Assistant messages longer than this are cut at recovery Level 1.
     level1_assistant_max_chars: int = 5000
-    #: Learned cap = rejected request bytes × this factor.
+    #: Learned cap = rejected request bytes × this factor (the "three_quarters" cap strategy).
     learned_cap_factor: float = 0.75
+    #: How the gateway model learns a payload cap: "three_quarters", "bisection" or "none" (SPEC §11).
+    cap_strategy: str = "three_quarters"
+    #: Bisection settles on the largest accepted size once its bracket is within this share of the rejection.
+    bisection_tolerance: float = 0.02
     #: Cap assumed after a payload rejection of unknown size, in bytes.
     assumed_payload_cap: int = 4 * MIB
     #: System prompt at this fraction of the rejected size → floor warning.
@@ -369,6 +380,10 @@ def _field_problem(name: str, value: object) -> str | None:
                 f"Policy.context_window must be a positive number of tokens, or None to use the "
                 f"model catalog (got {value!r})"
             )
+    elif name == "cap_strategy":
+        if value not in CAP_STRATEGIES:
+            choices = ", ".join(map(repr, CAP_STRATEGIES))
+            return f"Policy.cap_strategy must be one of {choices} (got {value!r})"
     elif name == "compact_model":
         if value is not None and (not isinstance(value, str) or not COMPACT_MODEL_RE.fullmatch(value)):
             return (

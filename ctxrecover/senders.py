@@ -106,9 +106,10 @@ class SendFailed(CtxRecoverError):
     """A request failed; carries what the provider or middlebox answered.
 
     ``request_bytes`` is the exact size of the body that was rejected (the
-    learned payload cap derives from it). ``status``/``body``/``headers`` are
-    set when an HTTP answer came back; for a dropped connection the transport
-    error is the ``__cause__``.
+    learned payload cap derives from it); ``header_bytes`` the size of the
+    request's head (request line and headers), when the sender knows it (a 431 names it).
+    ``status``/``body``/``headers`` are set when an HTTP answer came back; for a
+    dropped connection the transport error is the ``__cause__``.
     """
 
     def __init__(
@@ -119,12 +120,24 @@ class SendFailed(CtxRecoverError):
         status: int | None = None,
         body: str | None = None,
         headers: Mapping[str, str] | None = None,
+        header_bytes: int | None = None,
     ) -> None:
         super().__init__(message)
         self.request_bytes = request_bytes
+        self.header_bytes = header_bytes
         self.status_code = status
         self.body = body
         self.headers = dict(headers or {})
+
+
+def header_bytes(request: Any) -> int | None:
+    """Bytes of a request's head on the wire — request line, header lines, blank line — as a proxy
+    counts them against its header limit (HTTP 431); from an httpx-like request, None when unreadable."""
+    try:
+        line = len(request.method) + 1 + len(request.url.raw_path) + len(" HTTP/1.1\r\n")
+        return line + sum(len(name) + len(value) + 4 for name, value in request.headers.raw) + 2
+    except Exception:  # no request (raised before sending) or not an httpx-like one
+        return None
 
 
 def _auth_headers(fmt: WireFormat, api_key: str | None) -> dict[str, str]:
@@ -212,6 +225,7 @@ class HttpxSender:
                 status=response.status_code,
                 body=text,
                 headers=response.headers,
+                header_bytes=header_bytes(response.request),
             )
         try:
             raw = json.loads(text)
@@ -266,6 +280,14 @@ def _sent_bytes(exc: BaseException) -> int | None:
         value = exc.request.headers.get("content-length")  # type: ignore[attr-defined]
         return int(value) if value is not None else None
     except Exception:  # no request (raised before sending) or not an httpx-like one
+        return None
+
+
+def _sent_header_bytes(exc: BaseException) -> int | None:
+    """Bytes of the head of the request an SDK error carries, when it has one."""
+    try:
+        return header_bytes(exc.request)  # type: ignore[attr-defined]
+    except Exception:  # the SDK raises when an error has no request
         return None
 
 
@@ -355,7 +377,9 @@ class _SDKSender:
             if not _is_transport_failure(exc):
                 raise  # a programming error (a bad keyword, a wrong client): not a provider failure
             size = _sent_bytes(exc) or size
-            raise SendFailed(f"{type(exc).__name__}: {exc}", request_bytes=size) from exc
+            raise SendFailed(
+                f"{type(exc).__name__}: {exc}", request_bytes=size, header_bytes=_sent_header_bytes(exc)
+            ) from exc
         raw = _dump(result)
         return ChatResponse.from_parsed(parse_response(self.wire_format, raw), request_bytes=size, raw=raw)
 

@@ -16,45 +16,72 @@ It returns the assistant message or raises a :class:`~ctxrecover.errors.Recovery
 carrying the classified failure; ``session.history`` stays intact and every
 character cut from it is recallable from ``session.archive``.
 
-Everything the session learns (learned cap, notice flag, back-off, halved tool
-limits, counters, undo stack, calibrated chars-per-token) lives on the instance.
+Everything the session learns lives on the instance and persists with
+``state()``: the gateway model (:attr:`Session.gateway`, SPEC §11 — accepted and
+rejected sizes, the learned cap, refused bodies, notice flags), back-off, halved
+tool limits, a learned output cap, counters, the undo stack and the calibrated
+chars-per-token.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ctxrecover import catalog
 from ctxrecover.archive import Archive, MemoryArchive
 from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.compactor import CompactionReport, HistoryCompactor
-from ctxrecover.errors import RecoveryExhausted, UnrecoverableFailure
+from ctxrecover.errors import (
+    ContentBlockedError,
+    PayloadFloorError,
+    RecoveryExhausted,
+    UnrecoverableFailure,
+)
 from ctxrecover.events import Event, EventBus, SessionStats
 from ctxrecover.messages import Message
 from ctxrecover.passes.dedup_reads import dedup_repeated_reads
 from ctxrecover.passes.floor import age_skill_blocks
 from ctxrecover.passes.microcompact import apply_microcompact
 from ctxrecover.passes.pairing import repair_pairing
+from ctxrecover.passes.parts import archive_images, set_aside
 from ctxrecover.passes.tool_budget import enforce_tool_result_budget
 from ctxrecover.passes.truncate import leading_system_count
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.recovery import (
-    PayloadCapState,
+    CONTENT_BLOCK_CODE,
+    HEADER_FAULT_CODE,
+    OUTPUT_LIMIT_CODE,
+    OUTPUT_LIMIT_NOTICE,
+    RECOVERABLE_FAILURE_CODE,
+    GatewayModel,
+    Judgement,
     RecoveryContext,
     RecoveryLadder,
+    Verdict,
+    body_key,
+    cap_notice,
     preflight,
     recover,
     repair_malformed,
+    response_text,
+)
+from ctxrecover.recovery.diagnosis import (
+    content_block_error,
+    floor_error,
+    header_fault_error,
+    least_history,
+    lowered_max_tokens,
 )
 from ctxrecover.recovery.escalation import OutputEscalation
 from ctxrecover.senders import ChatRequest, ChatResponse, Sender
-from ctxrecover.sizes import char_budget, total_weight
+from ctxrecover.sizes import char_budget, image_chars, image_tokens, total_weight
 from ctxrecover.summarize import (
     CancelToken,
     ContextEngine,
@@ -63,7 +90,12 @@ from ctxrecover.summarize import (
     Summarizer,
 )
 from ctxrecover.summarize.context_editing import context_management_request, mirror_applied_edits
-from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, request_size
+from ctxrecover.wire import (
+    DEFAULT_ANTHROPIC_MAX_TOKENS,
+    WireFormat,
+    encode_request,
+    request_size,
+)
 
 __all__ = ["Mode", "Session", "resolve_summarizer"]
 
@@ -84,7 +116,7 @@ BYTE_FIT_MIN_KEEP = 2  # fewest recent messages a byte-fit round keeps (keep_rec
 CALIBRATION_MIN_TOKENS = 200  # ignore tiny requests when calibrating chars per token
 CALIBRATION_WEIGHT = 0.3  # exponential moving average of observed chars per token
 CALIBRATION_BOUNDS = (1.0, 8.0)
-HEADER_FIELDS_TOO_LARGE = 431
+OUTPUT_LIMIT_RETRIES = 3  # times one turn may lower max_tokens after "max_tokens is too large"
 # Decision beyond the reference: an overflow error that states the real window tightens the session's
 # window (like a learned payload cap), so the next turns compact before the provider rejects them.
 LEARNED_WINDOW_NOTICE = (
@@ -120,6 +152,16 @@ def resolve_summarizer(
     return ContextEngineSummarizer(engine, fallback=built_in, timeout=policy.summarizer_timeout_s)
 
 
+@dataclass(frozen=True, slots=True)
+class _Checkpoint:
+    """The session before a turn's first size-limit recovery, to undo it if it was for nothing."""
+
+    history: list[Message]
+    gateway: GatewayModel
+    tool_result_budget_chars: int
+    tool_result_max_chars: int
+
+
 @dataclass(slots=True)
 class _Turn:
     """What one ``complete()`` call tracks across its attempts."""
@@ -128,6 +170,9 @@ class _Turn:
     transient_left: int
     attempts: int = 0
     malformed_retried: bool = False
+    output_lowerings: int = 0
+    before_recovery: _Checkpoint | None = None
+    size_signatures: set[str] = field(default_factory=set)
 
 
 class Session:
@@ -137,6 +182,9 @@ class Session:
     or an SDK adapter); its ``wire_format`` decides how requests are sized.
     ``mode="chat"`` uses the chat budget (ratio 0.75, keep 10) instead of the
     agent's (0.60, keep 8). ``sleep`` is injected for transient-network retries.
+    ``gateway`` starts the session from a known :class:`~ctxrecover.recovery.GatewayModel`
+    (default: none learned, ``policy.payload_cap`` configured, ``policy.cap_strategy``);
+    ``classifier`` replaces :func:`~ctxrecover.classify.classify` (same signature).
     """
 
     def __init__(
@@ -157,11 +205,12 @@ class Session:
         stats: SessionStats | None = None,
         ladder: RecoveryLadder | None = None,
         compactor: HistoryCompactor | None = None,
-        cap_state: PayloadCapState | None = None,
+        gateway: GatewayModel | None = None,
         context_engine: ContextEngine | None = None,
         env: Mapping[str, str] | None = None,
         transient_retries: int = TRANSIENT_RETRIES,
         sleep: Callable[[float], None] = time.sleep,
+        classifier: Callable[..., Failure] = classify,
     ) -> None:
         if mode not in ("agent", "chat"):
             raise ValueError(f"mode must be 'agent' or 'chat', got {mode!r}")
@@ -184,7 +233,8 @@ class Session:
         self.tools = tools
         # Tool definitions ride along with every request: measured once, reserved from the budget.
         self.reserved_chars = len(json.dumps(tools, ensure_ascii=False)) if tools else 0
-        self.cap_state = cap_state or PayloadCapState.from_policy(self.policy)
+        self._gateway = gateway or GatewayModel.from_policy(self.policy)
+        self._classify = classifier
         self.compactor = compactor or HistoryCompactor(
             self.policy,
             self.archive,
@@ -215,14 +265,19 @@ class Session:
         return list(self._history)
 
     @property
+    def gateway(self) -> GatewayModel:
+        """What the session has learned of its gateway (SPEC §11): a frozen value, replaced as it learns."""
+        return self._gateway
+
+    @property
     def learned_cap(self) -> int | None:
-        """The payload cap learned from a gateway rejection, if any."""
-        return self.cap_state.learned_cap
+        """The payload cap learned from the gateway's answers, if any."""
+        return self._gateway.learned_cap
 
     @property
     def payload_cap(self) -> int:
         """The payload cap in force (configured or learned, the tighter one); 0 = none."""
-        return self.cap_state.effective_cap
+        return self._gateway.effective_cap
 
     def add(self, message: Message) -> None:
         """Append one message (a user turn, a tool result, …)."""
@@ -231,12 +286,28 @@ class Session:
     def extend(self, messages: Iterable[Message]) -> None:
         self._history.extend(messages)
 
+    def set_aside(self, index: int) -> str:
+        """Archive message ``index`` of the history whole and leave a stub with its recall marker.
+
+        For the message a gateway's content rule refuses to carry
+        (:attr:`ContentBlockedError.message_index`); tool-call pairing is kept.
+        Returns the archive key of its text.
+        """
+        self._history, key = set_aside(self._history, index, archive=self.archive)
+        return key
+
     def char_budget(self, budget_ratio: float | None = None, *, max_tokens: int | None = None) -> int:
         """The char budget the history must fit at ``budget_ratio`` (the mode's by default).
 
         When the request asks for ``max_tokens`` (Anthropic always does), the
         provider reserves them inside the window: the budget never exceeds the
         window minus that reservation, even at a generous ratio.
+
+        Under a payload cap, the budget keeps ``1 − policy.payload_cap_headroom``
+        (30%) of the room the cap leaves *beyond the non-compactable base*
+        (system prompt, tool definitions): ``system weight + 70% × (cap − base)``.
+        **Decision (SPEC §11):** with §1.3's ``70% × cap`` a system prompt over 30%
+        of the cap made every turn compact to a budget it could never reach.
         """
         ratio = budget_ratio if budget_ratio is not None else self._mode_ratio
         budget = char_budget(
@@ -250,9 +321,13 @@ class Session:
         room = self.context_window - reserve
         if reserve and room > 0:
             budget = min(budget, int(room * self.chars_per_token) - self.reserved_chars)
-        cap = self.cap_state.effective_cap
+        cap = self._gateway.effective_cap
+        if not cap:
+            return budget
+        system = self._history[: leading_system_count(self._history)]
+        room = max(0, cap - self._request_bytes(system, max_tokens))
         # The policy's headroom, not sizes' module default: the knob must take effect.
-        return min(budget, int(cap * self.policy.payload_cap_headroom)) if cap else budget
+        return min(budget, total_weight(system) + int(room * self.policy.payload_cap_headroom))
 
     @property
     def _mode_ratio(self) -> float:
@@ -266,12 +341,17 @@ class Session:
     def complete(self, *, max_tokens: int | None = None, cancel: CancelToken | None = None) -> Message:
         """Run one turn and return the assistant's message (appended to the history).
 
-        Raises :class:`~ctxrecover.errors.PayloadFloorError` when the system prompt
-        alone is over what the gateway rejected (no attempt spent),
-        :class:`~ctxrecover.errors.UnrecoverableFailure` for failures compaction
-        cannot fix (auth, rate limit, …), :class:`~ctxrecover.errors.RecoveryExhausted`
-        after the last attempt, and :class:`~ctxrecover.errors.CompactionCancelled`
-        when ``cancel`` fires during compaction (history untouched).
+        Raises :class:`~ctxrecover.errors.PayloadFloorError` when what compaction
+        cannot shrink is over the gateway's limit (no request wasted on it),
+        :class:`~ctxrecover.errors.ContentBlockedError` when the gateway refuses the
+        content rather than the size, :class:`~ctxrecover.errors.HeaderFaultError`
+        for an HTTP 431, :class:`~ctxrecover.errors.UnrecoverableFailure` for
+        failures compaction cannot fix (auth, rate limit, …),
+        :class:`~ctxrecover.errors.RecoveryExhausted` after the last attempt, and
+        :class:`~ctxrecover.errors.CompactionCancelled` when ``cancel`` fires during
+        compaction (history untouched). A request known to fail — as large as a
+        size the gateway rejected, or identical (recall keys aside) to a refused
+        one — is never sent.
         """
         self._report_env_problems()
         self.stats.turns += 1
@@ -283,6 +363,7 @@ class Session:
             transient_left=self._transient_retries,
         )
         request = self._prologue(turn.max_tokens, cancel)
+        self._refuse_known_failure(request, turn)
         while True:
             self.stats.requests += 1
             try:
@@ -291,12 +372,14 @@ class Session:
                 request = self._after_failure(exc, request, turn, cancel)
                 continue
             self._account(request, response)
-            self.cap_state.observe_accepted(response.request_bytes)
+            self._update_gateway(self._gateway.accepted(response.request_bytes, policy=self.policy))
+            turn.before_recovery, turn.size_signatures = None, set()
             if turn.attempts:
                 self.stats.recoveries += 1
                 turn.attempts = 0
             if response.truncated:
-                grown = self.escalation.next_max_tokens(turn.max_tokens)
+                room = self.context_window - self._input_tokens(request, response)
+                grown = self.escalation.next_max_tokens(turn.max_tokens, room=room)
                 if grown is not None:
                     self.stats.escalations += 1
                     self._history = self.escalation.continuation(self._history, response.message)
@@ -309,16 +392,18 @@ class Session:
     def _after_failure(
         self, exc: Exception, request: ChatRequest, turn: _Turn, cancel: CancelToken | None
     ) -> ChatRequest:
-        """Classify a failed send and return the request to send next, or raise.
+        """Classify a failed send, let the gateway model judge it, and return the request to send
+        next, or raise.
 
-        Never returns the rejected request again after a recovery step: a ladder
-        level that leaves the request unchanged is followed at once by the next
-        level, and when the ladder is spent the failure is raised instead of
-        resending a body the provider has already refused.
+        Never returns a request known to fail: a ladder level whose request is as
+        large as a rejected size, or identical (recall keys aside) to a refused
+        body, is followed at once by the next level; when the ladder is spent the
+        failure (or the floor diagnosis) is raised instead of a wasted request.
         """
-        failure = classify(
-            exc, request_bytes=getattr(exc, "request_bytes", None), history_chars=total_weight(self._history)
-        )
+        size = getattr(exc, "request_bytes", None)
+        size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+        history_chars = total_weight(self._history)
+        failure = self._classify(exc, request_bytes=size, history_chars=history_chars)
         self.stats.rejected_requests += 1
         if failure.kind is FailureKind.MALFORMED_HISTORY:
             # Pairing repair and one retry, never truncation. The outgoing copy is repaired
@@ -331,26 +416,225 @@ class Session:
             raise UnrecoverableFailure(
                 f"malformed history the provider rejects: {failure.evidence}", failure=failure
             ) from exc
-        if failure.kind is FailureKind.TRANSIENT_NETWORK and turn.transient_left > 0:
-            self._sleep(TRANSIENT_BACKOFF_S[min(self._transient_retries - turn.transient_left, 1)])
-            turn.transient_left -= 1
-            return request  # a plain retry: nothing about the request was wrong
+        if failure.kind is FailureKind.OUTPUT_LIMIT:
+            return self._lower_max_tokens(failure, request, turn, exc)
+        before = self._gateway
+        body = response_text(exc)
+        judged = before.judge(
+            failure, request_bytes=size, policy=self.policy, body=body, history_chars=history_chars
+        )
+        failure = judged.failure
+        if judged.verdict is Verdict.HEADER_FAULT:
+            self._gateway = judged.model
+            error = header_fault_error(getattr(exc, "header_bytes", None), self._size_of(request), failure)
+            self.events.notice(HEADER_FAULT_CODE, str(error))
+            raise error from exc
+        if judged.verdict is Verdict.CONTENT_BLOCK:
+            raise self._content_block(judged, request, turn) from exc
+        if judged.verdict is Verdict.RETRY or failure.kind is FailureKind.TRANSIENT_NETWORK:
+            self._gateway = judged.model
+            if turn.transient_left > 0:
+                self._sleep(TRANSIENT_BACKOFF_S[min(self._transient_retries - turn.transient_left, 1)])
+                turn.transient_left -= 1
+                return request  # a plain retry: nothing about the request was wrong
         if not failure.recoverable:
             raise UnrecoverableFailure(
                 f"{failure.kind}: {failure.evidence or failure.kind}", failure=failure, attempts=turn.attempts
             ) from exc
+        announced = False
+        if judged.verdict is Verdict.SIZE_LIMIT:
+            if failure.notice:  # SPEC §6's order: the retry notice, then what the rejection teaches
+                self.events.notice(RECOVERABLE_FAILURE_CODE, failure.notice)
+                announced = True
+            if turn.before_recovery is None:
+                turn.before_recovery = _Checkpoint(
+                    list(self._history), before, self.tool_result_budget_chars, self.tool_result_max_chars
+                )
+            turn.size_signatures.add(judged.signature)
+            self._update_gateway(judged.model)
+            error = self._floor_error(failure, turn, request.max_tokens, warn=True)
+            if error is not None:
+                raise error from exc
+        self._gateway = self._gateway.refuse(self._body_key(request), self._size_of(request), judged.verdict)
+        retry = request
         while turn.attempts < self.policy.max_recovery_attempts:
             turn.attempts += 1
-            self._recover(failure, turn.attempts)
+            self._recover(failure, turn.attempts, announce=not announced)
+            announced = False
             self._learn_window(failure)
             retry = self._prologue(turn.max_tokens, cancel)
-            if retry.messages != request.messages:
+            if self._known_failure(retry) is None:
                 return retry
+        # Compaction did all it could: when its smallest request is still as large as a rejected one,
+        # the floor diagnosis says so (whatever the cap strategy: the evidence is the same).
+        retry_size = self._size_of(retry)
+        rejected = self._gateway.smallest_rejected or failure.rejected_bytes
+        floor_reached = rejected is not None and retry_size >= rejected
+        if judged.verdict is Verdict.SIZE_LIMIT and retry is not request and floor_reached:
+            error = self._floor_error(failure, turn, retry.max_tokens, smallest=retry_size)
+            if error is not None:
+                raise error from exc
         raise RecoveryExhausted(
             f"recovery exhausted after {turn.attempts} attempt(s): {failure.reason_text or failure.kind}",
             failure=failure,
             attempts=turn.attempts,
         ) from exc
+
+    # -- what the gateway model decides ----------------------------------------------------------
+    def _update_gateway(self, model: GatewayModel) -> None:
+        """Adopt ``model``; say so when the learned cap changed (SPEC §6.1, once per change)."""
+        notice = cap_notice(self._gateway, model)
+        self._gateway = model
+        if notice is not None:
+            self.events.emit(notice)
+
+    def _size_of(self, request: ChatRequest) -> int:
+        return request_size(
+            request.messages,
+            self.wire_format,
+            model=self.model,
+            max_tokens=request.max_tokens,
+            tools=request.tools,
+            extra=request.extra or None,
+        )
+
+    def _body_key(self, request: ChatRequest) -> str:
+        body = encode_request(
+            request.messages,
+            self.wire_format,
+            model=self.model,
+            max_tokens=request.max_tokens,
+            tools=request.tools,
+            extra=request.extra or None,
+        )
+        return body_key(body)
+
+    def _known_failure(self, request: ChatRequest) -> tuple[int, str] | None:
+        """(size, why) when ``request`` is known to fail — too large, or a refused body — else None."""
+        size = self._size_of(request)
+        refused = self._gateway.refusal(size, lambda: self._body_key(request))
+        if refused is not None:
+            return size, refused.verdict
+        if self._gateway.known_too_large(size):
+            return size, Verdict.SIZE_LIMIT.value
+        return None
+
+    def _refuse_known_failure(self, request: ChatRequest, turn: _Turn) -> None:
+        """Raise before sending a turn's first request when it is known to fail."""
+        known = self._known_failure(request)
+        if known is None:
+            return
+        size, why = known
+        if why == Verdict.CONTENT_BLOCK:
+            raise self._content_block_error(size, None, turn)
+        if why == Verdict.SIZE_LIMIT:
+            error = self._floor_error(None, turn, request.max_tokens, smallest=size)
+            if error is not None:
+                raise error
+        raise RecoveryExhausted(
+            f"not sent: the request is identical (recall keys aside) to one the provider refused ({why})"
+        )
+
+    def _base_sizes(self, max_tokens: int | None) -> tuple[int, int]:
+        """Real bytes of a request carrying only the system messages, and what tool definitions add."""
+        system = self._history[: leading_system_count(self._history)]
+        alone = request_size(system, self.wire_format, model=self.model, max_tokens=max_tokens)
+        return alone, self._request_bytes(system, max_tokens) - alone
+
+    def _floor_error(
+        self,
+        failure: Failure | None,
+        turn: _Turn,
+        max_tokens: int | None,
+        *,
+        smallest: int | None = None,
+        warn: bool = False,
+    ) -> PayloadFloorError | None:
+        """The floor diagnosis (SPEC §6.2, §11) against the smallest rejected size, in real bytes.
+
+        ``smallest`` is the smallest request compaction produced, when it did; else the
+        least any compaction could leave is measured. Returns the error to raise (the
+        history goes back to before this turn's recovery), or None — after the ``⚠``
+        warning when ``warn``.
+        """
+        rejected = self._gateway.smallest_rejected or (failure.rejected_bytes if failure else None)
+        if not rejected:
+            return None
+        system, tools = self._base_sizes(max_tokens)
+        error, warning = floor_error(
+            system_bytes=system,
+            tools_bytes=tools,
+            rejected_bytes=rejected,
+            smallest=smallest
+            if smallest is not None
+            else lambda: self._request_bytes(least_history(self._history, self.policy), max_tokens),
+            policy=self.policy,
+            failure=failure,
+            attempts=turn.attempts,
+        )
+        if error is None:
+            if warn and warning is not None:
+                self.events.emit(warning)
+            return None
+        if turn.before_recovery is not None:
+            self._restore(turn.before_recovery)
+        return error
+
+    def _restore(self, checkpoint: _Checkpoint) -> None:
+        self._history = list(checkpoint.history)
+        self.tool_result_budget_chars = checkpoint.tool_result_budget_chars
+        self.tool_result_max_chars = checkpoint.tool_result_max_chars
+
+    def _content_block(self, judged: Judgement, request: ChatRequest, turn: _Turn) -> ContentBlockedError:
+        """A refusal at or below an accepted size: no cap, no compaction, a notice and a typed error.
+
+        When this turn already took a rejection with the same signature for a size
+        limit, that was the same rule firing on content: its evidence and the
+        compaction done for it are undone.
+        """
+        model = judged.model
+        checkpoint = turn.before_recovery
+        if checkpoint is not None and judged.signature in turn.size_signatures:
+            model = model.retract_to(checkpoint.gateway)
+            self._restore(checkpoint)
+            turn.before_recovery, turn.size_signatures = None, set()
+        size = self._size_of(request)
+        self._gateway = model.refuse(self._body_key(request), size, Verdict.CONTENT_BLOCK)
+        return self._content_block_error(judged.failure.rejected_bytes or size, judged.failure, turn)
+
+    def _content_block_error(self, size: int, failure: Failure | None, turn: _Turn) -> ContentBlockedError:
+        error = content_block_error(
+            self._history,
+            self.wire_format,
+            request_bytes=size,
+            largest_accepted=self._gateway.largest_accepted,
+            failure=failure,
+            attempts=turn.attempts,
+        )
+        self.events.notice(CONTENT_BLOCK_CODE, str(error))
+        return error
+
+    def _lower_max_tokens(
+        self, failure: Failure, request: ChatRequest, turn: _Turn, exc: Exception
+    ) -> ChatRequest:
+        """A 400 saying max_tokens is too large: retry with the limit it states (else half), never
+        compact; the lower value holds for the rest of the session (SPEC §11)."""
+        current = request.max_tokens
+        if current is None and self.wire_format is WireFormat.ANTHROPIC:
+            current = DEFAULT_ANTHROPIC_MAX_TOKENS
+        lowered = lowered_max_tokens(failure, current)
+        if lowered is None or turn.output_lowerings >= OUTPUT_LIMIT_RETRIES:
+            raise UnrecoverableFailure(
+                f"output_limit: {failure.evidence or 'max_tokens rejected'} (max_tokens={current})",
+                failure=failure,
+                attempts=turn.attempts,
+            ) from exc
+        turn.output_lowerings += 1
+        self.escalation.learn_output_cap(lowered)
+        shown = "the provider default" if current is None else current
+        self.events.notice(OUTPUT_LIMIT_CODE, OUTPUT_LIMIT_NOTICE % (shown, lowered))
+        turn.max_tokens = lowered
+        return dataclasses.replace(request, max_tokens=lowered)
 
     def _prologue(self, max_tokens: int | None, cancel: CancelToken | None) -> ChatRequest:
         """SPEC §3 order: microcompact, dedup, pre-flight, compaction, then the outgoing copy."""
@@ -372,7 +656,10 @@ class Session:
             self.events.notice("skill_aging", aging.notice)
         self._history = history
 
-        check = preflight(self._request_bytes(history, max_tokens), self.cap_state, policy)
+        system_count = leading_system_count(history)
+        base = self._request_bytes(history[:system_count], max_tokens)
+        check = preflight(self._request_bytes(history, max_tokens), self._gateway, policy, base_bytes=base)
+        self._gateway = check.gateway
         if check.notice is not None:
             self.events.emit(check.notice)
         budget = self.char_budget(check.budget_ratio_override, max_tokens=max_tokens)
@@ -383,20 +670,26 @@ class Session:
         # measured overshoot and, when the kept recent messages alone are over it (every
         # other message already at the shrink floor), keeps fewer of them: never send a
         # request the session already knows is over its own cap while compaction can help.
-        cap = self.cap_state.effective_cap
+        cap = self._gateway.effective_cap
         keep = self._keep_recent
         for _ in range(BYTE_FIT_ROUNDS):
-            size = request_size(
-                request.messages, self.wire_format, model=self.model, max_tokens=max_tokens, tools=self.tools
-            )
+            size = self._size_of(request)
             if not cap or size <= cap:
-                break
+                return request
             budget = int(min(budget, total_weight(self._history)) * cap / size * BYTE_FIT_MARGIN)
             changed = self._compact_to(budget, "auto", cancel, keep_recent=keep)
             if not changed and keep <= BYTE_FIT_MIN_KEEP:
                 break
             keep = max(BYTE_FIT_MIN_KEEP, keep // 2)
             request = self._outgoing(max_tokens)
+        if cap and self._size_of(request) > cap:
+            # The last resort before a request known to be over the cap: images too large for the
+            # gateway, the newest included, go to the archive behind their notes.
+            history, images = archive_images(self._history, archive=self.archive, keep_recent=0)
+            if images.images_archived:
+                self.events.notice("images_archived", images.notice)
+                self._history = history
+                request = self._outgoing(max_tokens)
         return request
 
     def _compact_to(
@@ -407,13 +700,23 @@ class Session:
         *,
         keep_recent: int | None = None,
     ) -> bool:
+        """Planned compaction to ``budget``; inline images outside the kept messages are archived
+        first (so compaction never drops a pixel), which may be enough. True when anything changed."""
         keep = self._keep_recent if keep_recent is None else keep_recent
+        history, images = archive_images(
+            self._history, archive=self.archive, keep_recent=keep, user_first=False
+        )
+        if images.images_archived:
+            self.events.notice("images_archived", images.notice)
+            self._history = history
+            if total_weight(history) <= budget:
+                return True
         result = self.compactor.compact(
             self._history, budget_chars=budget, keep_recent=keep, trigger=trigger, cancel=cancel
         )
         changed = result.history is not self._history and result.history != self._history
         self._history = result.history
-        return changed
+        return changed or bool(images.images_archived)
 
     def _outgoing(
         self,
@@ -454,24 +757,8 @@ class Session:
             self.context_window = limit
             self.events.notice("learned_window", LEARNED_WINDOW_NOTICE % limit)
 
-    def _floor_sizes(self, ctx: RecoveryContext) -> tuple[int, int]:
-        """Real bytes of the system part and of the smallest request compaction could produce.
-
-        The first is a request carrying only the leading system messages (with
-        the envelope and tool definitions: the non-compactable base); the second
-        dry-runs the ladder's last, most aggressive step on a scratch archive.
-        A gateway that rejected a request no larger than that cannot be
-        satisfied by compacting (SPEC §6 step 2, compared in real bytes).
-        """
-        max_tokens = self.escalation.max_tokens or self.max_tokens
-        system = self._history[: leading_system_count(self._history)]
-        scratch = MemoryArchive()
-        smallest, _ = self.ladder.steps[-1](self._history, dataclasses.replace(ctx, archive=scratch))
-        request = self._outgoing(max_tokens, smallest, scratch)
-        return self._request_bytes(system, max_tokens), self._request_bytes(request.messages, max_tokens)
-
-    def _recover(self, failure: Failure, attempt: int) -> None:
-        """One recovery attempt (SPEC §6); raises PayloadFloorError before spending it."""
+    def _recover(self, failure: Failure, attempt: int, *, announce: bool = True) -> None:
+        """One recovery attempt (SPEC §6 steps 3–7): the ladder step and, once, the payload notice."""
         ctx = RecoveryContext(
             policy=self.policy,
             archive=self.archive,
@@ -479,29 +766,40 @@ class Session:
             tool_result_budget_chars=self.tool_result_budget_chars,
             tool_result_max_chars=self.tool_result_max_chars,
         )
-        # A 431 rejected the headers, not the body: body sizes say nothing about it.
-        body_rejected = failure.is_payload and failure.status != HEADER_FIELDS_TOO_LARGE
-        system, smallest = self._floor_sizes(ctx) if body_rejected else (0, 0)
+        payload_notice = failure.is_payload and not self._gateway.payload_notice_sent
         result = recover(
             self._history,
             failure,
             attempt,
             ladder=self.ladder,
             ctx=ctx,
-            cap_state=self.cap_state,
-            system_bytes=system,
-            floor_bytes=smallest,
             events=self.events,
             before_rewrite=self.compactor.prepare_rewrite,
+            payload_notice=payload_notice,
+            announce=announce,
         )
+        if payload_notice:
+            self._gateway = self._gateway.replace(payload_notice_sent=True)
         self.stats.recovery_attempts += 1
-        if result.report.changed:
+        if result.changed:
             self.compactor.record_rewrite(result.history)
         else:
             self.compactor.discard_snapshot()
         self._history = result.history
         self.tool_result_budget_chars = result.tool_result_budget_chars
         self.tool_result_max_chars = result.tool_result_max_chars
+
+    def _input_tokens(self, request: ChatRequest, response: ChatResponse | None = None) -> int:
+        """The request's input tokens: the provider's count when it reported one, else an estimate
+        (text at the session's chars per token, images at their token cost)."""
+        if response is not None:
+            usage = response.usage
+            reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+            if reported:
+                return reported
+        messages = request.messages
+        text = total_weight(messages) - sum(map(image_chars, messages)) + self.reserved_chars
+        return math.ceil(text / self.chars_per_token) + sum(map(image_tokens, messages))
 
     def _account(self, request: ChatRequest, response: ChatResponse) -> None:
         usage = response.usage
@@ -520,10 +818,13 @@ class Session:
                     f"ℹ provider context editing cleared {report.cleared_tool_uses} tool result(s), "
                     f"{report.cleared_input_tokens} tokens — mirrored locally (recoverable via @recall)",
                 )
+        # Calibrate on text only: images weigh their wire bytes but cost the model their token estimate.
+        messages = request.messages
         prompt_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-        if not edited and prompt_tokens >= CALIBRATION_MIN_TOKENS:
-            chars = total_weight(request.messages) + self.reserved_chars
-            observed = chars / prompt_tokens
+        text_tokens = prompt_tokens - sum(map(image_tokens, messages))
+        if not edited and text_tokens >= CALIBRATION_MIN_TOKENS:
+            chars = total_weight(messages) - sum(map(image_chars, messages)) + self.reserved_chars
+            observed = chars / text_tokens
             low, high = CALIBRATION_BOUNDS
             blended = (1 - CALIBRATION_WEIGHT) * self.chars_per_token + CALIBRATION_WEIGHT * observed
             self.chars_per_token = min(high, max(low, blended))
@@ -545,6 +846,9 @@ class Session:
         """
         budget = self.char_budget(self.policy.manual_budget_ratio)
         keep = 4 if instruction else self._keep_recent
+        self._history, _ = archive_images(
+            self._history, archive=self.archive, keep_recent=keep, user_first=False
+        )
         result = self.compactor.compact(
             self._history,
             budget_chars=budget,
@@ -566,11 +870,13 @@ class Session:
 
     # -- persistence --------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """What persists with the session: history, counters, learned cap, notice flags."""
+        """What persists with the session: history, counters, the gateway model, the learned output
+        cap, calibration and the session's tool-result limits (plain JSON-ready data)."""
         return {
             "history": [m.to_dict() for m in self._history],
             "stats": self.stats.to_dict(),
-            "cap_state": dataclasses.asdict(self.cap_state),
+            "gateway": self._gateway.to_dict(),
+            "output_cap": self.escalation.learned_cap,
             "chars_per_token": self.chars_per_token,
             "context_window": self.context_window,
             "tool_result_budget_chars": self.tool_result_budget_chars,
@@ -582,8 +888,10 @@ class Session:
         self._history = [Message.from_dict(d) for d in state.get("history", [])]
         self.stats = SessionStats.from_dict(state.get("stats", {}))
         self.compactor.stats = self.stats
-        # The same cap-learning strategy (a subclass such as bisection keeps its type).
-        self.cap_state = type(self.cap_state)(**state.get("cap_state", {}))
+        if "gateway" in state:
+            self._gateway = GatewayModel.from_dict(state["gateway"])
+        if state.get("output_cap"):
+            self.escalation.learn_output_cap(int(state["output_cap"]))
         self.chars_per_token = float(state.get("chars_per_token", self.chars_per_token))
         self.context_window = int(state.get("context_window", self.context_window))
         self.tool_result_budget_chars = int(

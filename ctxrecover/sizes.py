@@ -1,9 +1,10 @@
 """Human-friendly sizes, message weights and the char budget (SPEC §1.1–1.3).
 
 The *weight* of a message is the budget's measure: its text plus tool-call
-arguments, images (as estimated tokens × 4) and the excess of structured system
-parts. It is cached on the message, so ``total_weight`` of a long history is a
-sum of cached integers.
+arguments, images and every other non-text part by the characters they put on
+the wire (SPEC §11 amends §1.2: a 266 668-char base64 screenshot weighs 266 678,
+not 543), and the excess of structured system parts. It is cached on the
+message, so ``total_weight`` of a long history is a sum of cached integers.
 
 >>> parse_payload_size("512KB")
 524288
@@ -25,6 +26,8 @@ __all__ = [
     "char_budget",
     "estimate_image_tokens",
     "format_payload_size",
+    "image_chars",
+    "image_tokens",
     "needs_compaction",
     "parse_payload_size",
     "total_weight",
@@ -51,7 +54,6 @@ IMAGE_MAX_EDGE = 1568
 IMAGE_PIXELS_PER_TOKEN = 750
 IMAGE_MIN_TOKENS = 85
 IMAGE_UNDECODABLE_CHARS_PER_TOKEN = 2048
-CHARS_PER_IMAGE_TOKEN = 4
 
 PAYLOAD_CAP_HEADROOM = 0.7  # 30% of the cap is left for system prompt, tools and JSON framing
 
@@ -157,21 +159,39 @@ def estimate_image_tokens(image: Image) -> int:
     return max(IMAGE_MIN_TOKENS, (w * h) // IMAGE_PIXELS_PER_TOKEN)
 
 
+def image_chars(msg: Message) -> int:
+    """Characters ``msg``'s images put on the wire: base64 data and media type, or the URL.
+
+    Base64 is ASCII, so these are bytes too (JSON framing aside).
+    """
+    return sum(
+        len(image.data) + len(image.media_type) if image.data is not None else len(image.url or "")
+        for image in msg.images
+    )
+
+
+def image_tokens(msg: Message) -> int:
+    """Tokens ``msg``'s images cost the model (:func:`estimate_image_tokens` summed)."""
+    return sum(estimate_image_tokens(image) for image in msg.images)
+
+
 # -- weights --------------------------------------------------------------
 
 def _compute_weight(msg: Message) -> int:
-    total = len(msg.content)
+    total = len(msg.content) + image_chars(msg)
     for call in msg.tool_calls:
         total += len(call.name) + len(call.arguments or "{}")
-    for image in msg.images:
-        total += estimate_image_tokens(image) * CHARS_PER_IMAGE_TOKEN
     if msg.system_parts:
         total += max(0, sum(len(p) for p in msg.system_parts) - len(msg.content))
     return total
 
 
 def weight(msg: Message) -> int:
-    """The budget weight of one message (cached on the message)."""
+    """The budget weight of one message (cached on the message).
+
+    ``len(content)`` + tool calls (name + arguments JSON) + :func:`image_chars` + the
+    excess of ``system_parts`` over the content.
+    """
     cached = msg._cache.get("weight")
     if cached is None:
         cached = msg._cache["weight"] = _compute_weight(msg)

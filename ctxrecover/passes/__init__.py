@@ -28,6 +28,13 @@ from ctxrecover.passes.floor import (
 )
 from ctxrecover.passes.microcompact import MicrocompactReport, apply_microcompact, content_kind
 from ctxrecover.passes.pairing import PairingReport, repair_pairing, validate_pairing
+from ctxrecover.passes.parts import (
+    IMAGE_ARCHIVED_NOTE,
+    SET_ASIDE_NOTE,
+    ImageReport,
+    archive_images,
+    set_aside,
+)
 from ctxrecover.passes.shrink import ShrinkReport, shrink_to_budget
 from ctxrecover.passes.tool_budget import ToolBudgetReport, enforce_tool_result_budget, tool_result_preview
 from ctxrecover.passes.trim import TrimReport, trim_history
@@ -45,9 +52,12 @@ from ctxrecover.passes.truncate import (
 
 __all__ = [
     "DEFAULT_READ_PARSERS",
+    "IMAGE_ARCHIVED_NOTE",
+    "SET_ASIDE_NOTE",
     "CapReport",
     "DedupReport",
     "EmergencyReport",
+    "ImageReport",
     "InjectionResult",
     "KeepLastReport",
     "MicrocompactReport",
@@ -62,6 +72,7 @@ __all__ = [
     "TrimReport",
     "age_skill_blocks",
     "apply_microcompact",
+    "archive_images",
     "cap_assistant_messages",
     "content_kind",
     "dedup_repeated_reads",
@@ -74,6 +85,7 @@ __all__ = [
     "parse_file_blocks",
     "render_transcript",
     "repair_pairing",
+    "set_aside",
     "shrink_to_budget",
     "snap_to_tool_boundary",
     "tool_catalog_index",

@@ -2,9 +2,15 @@
 
 When a response stops at the output-token limit (``output_truncated``), the
 request is retried with ``max_tokens`` doubled — 4096 assumed when unset — up
-to the provider's cap, at most ``policy.max_token_escalations`` (2) times per
+to the model's output cap, at most ``policy.max_token_escalations`` (2) times per
 turn; the partial answer and a continuation request are appended so the model
 resumes where it stopped. After that the partial content is returned as is.
+
+**Decision (SPEC §11):** the cap is the catalog's (or the policy's) and, once a
+provider rejected a ``max_tokens`` as too large, the value it accepts
+(:meth:`OutputEscalation.learn_output_cap`, which also clamps the user's own
+setting); an escalation never exceeds the room the window leaves after the input
+either (``room=`` of :meth:`OutputEscalation.next_max_tokens`).
 
 >>> esc = OutputEscalation(Policy(), provider_cap=10_000)
 >>> esc.next_max_tokens(4096), esc.next_max_tokens(8192), esc.next_max_tokens(10_000)
@@ -40,6 +46,7 @@ class OutputEscalation:
         "_observed",
         "_user_value",
         "escalations",
+        "learned_cap",
         "policy",
         "provider_cap",
         "total_escalations",
@@ -54,6 +61,7 @@ class OutputEscalation:
             )
         self.policy = policy
         self.provider_cap = cap
+        self.learned_cap: int | None = None
         self.escalations = 0
         self.total_escalations = 0
         self._escalated: int | None = None
@@ -62,14 +70,30 @@ class OutputEscalation:
 
     def __repr__(self) -> str:
         return (
-            f"OutputEscalation(provider_cap={self.provider_cap}, escalations={self.escalations}, "
+            f"OutputEscalation(provider_cap={self.provider_cap}, learned_cap={self.learned_cap}, "
+            f"escalations={self.escalations}, "
             f"total_escalations={self.total_escalations}, max_tokens={self.max_tokens})"
         )
 
     @property
+    def cap(self) -> int:
+        """The output cap in force: the provider's, or the smaller value a provider's 400 taught."""
+        return min(self.provider_cap, self.learned_cap) if self.learned_cap else self.provider_cap
+
+    @property
     def max_tokens(self) -> int | None:
-        """The ``max_tokens`` to send: the escalated value, else the user's (None = provider default)."""
-        return self._escalated if self._escalated is not None else self._user_value
+        """The ``max_tokens`` to send: the escalated value, else the user's (None = provider default),
+        never above a learned output cap."""
+        value = self._escalated if self._escalated is not None else self._user_value
+        if value is not None and self.learned_cap is not None:
+            return min(value, self.learned_cap)
+        return value
+
+    def learn_output_cap(self, tokens: int) -> None:
+        """A provider rejected a larger ``max_tokens``: never send more than ``tokens`` again."""
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ConfigError(f"learn_output_cap needs a positive number of tokens (got {tokens!r})")
+        self.learned_cap = min(tokens, self.learned_cap or tokens)
 
     @property
     def exhausted(self) -> bool:
@@ -80,20 +104,23 @@ class OutputEscalation:
         """A new turn: its escalation count starts at 0 (the escalated value is kept)."""
         self.escalations = 0
 
-    def next_max_tokens(self, current: int | None) -> int | None:
+    def next_max_tokens(self, current: int | None, *, room: int | None = None) -> int | None:
         """The doubled ``max_tokens`` after a truncated answer, or None to stop escalating.
 
         ``current`` is the value the truncated request used (None = unset, taken
         as ``policy.default_max_tokens``, 4096). The result is clamped to the
-        provider cap. None when this turn's escalations are spent, or when the
-        value cannot grow (at or above the cap) — which consumes no attempt.
+        output :attr:`cap` and to ``room`` (the context window minus the input
+        tokens, when known). None when this turn's escalations are spent, or when
+        the value cannot grow — which consumes no attempt.
         """
         if self.exhausted:
             return None
         base = self.policy.default_max_tokens if current is None else current
         if isinstance(base, bool) or not isinstance(base, int) or base < 1:
             raise ConfigError(f"next_max_tokens needs a positive max_tokens or None (got {current!r})")
-        target = min(base * ESCALATION_FACTOR, self.provider_cap)
+        target = min(base * ESCALATION_FACTOR, self.cap)
+        if room is not None:
+            target = min(target, room)
         if target <= base:
             return None
         self.escalations += 1

@@ -1,4 +1,9 @@
-"""What recovery and pre-flight say (SPEC §6, §7): the user-visible texts, byte for byte, and their codes."""
+"""What recovery and pre-flight say (SPEC §6, §7, §11): the user-visible texts and their codes.
+
+The SPEC texts are reproduced exactly; the texts of the gateway model's decisions (SPEC §11: content
+blocks, header faults, a floor that is not the system prompt, a lifted cap, a lowered max_tokens) are
+ours, in the same style: a symbol, what happened with real sizes, what it means, what to do.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,19 @@ from ctxrecover.sizes import MIB, format_payload_size
 __all__ = [
     "ASSUMED_CAP_CODE",
     "ASSUMED_CAP_NOTICE",
+    "CAP_LIFTED_NOTICE",
+    "CONTENT_BLOCK_CODE",
+    "CONTENT_BLOCK_NOTICE",
+    "FLOOR_SMALLEST_FAIL_NOTICE",
+    "FLOOR_TOOLS_FAIL_NOTICE",
+    "HEADER_FAULT_CODE",
+    "HEADER_FAULT_NOTICE",
+    "OUTPUT_LIMIT_CODE",
+    "OUTPUT_LIMIT_NOTICE",
+    "PREFLIGHT_LEARNED_NOTICE",
+    "ROLE_LABELS",
+    "SUSPECTED_LARGE_HISTORY_REASON",
+    "SUSPECTED_REPEAT_REASON",
     "FLOOR_FAIL_CODE",
     "FLOOR_FAIL_NOTICE",
     "FLOOR_WARNING_CODE",
@@ -48,10 +66,59 @@ PAYLOAD_LIMIT_NOTICE = (
     "read. (4) Summarize findings incrementally rather than accumulating raw tool output."
 )
 PREFLIGHT_NOTICE = "ℹ pre-flight: history %s ≈ %d%% of configured cap (%s) — compacting"
+# SPEC §11: the same line when the cap in force was learned, not configured.
+PREFLIGHT_LEARNED_NOTICE = "ℹ pre-flight: history %s ≈ %d%% of learned cap (%s) — compacting"
 UNCAPPED_HISTORY_NOTICE = (
     "ℹ history %s — if you are behind a proxy/gateway, export CHATCLI_MAX_PAYLOAD=5MB "
     "(adjust to the proxy limit)"
 )
+
+
+# -- SPEC §11 decisions (our texts) ------------------------------------------------------------
+#: The learned cap no longer holds: a request at or above every size-consistent rejection passed.
+CAP_LIFTED_NOTICE = (
+    "ℹ Gateway accepted a %s request — the learned payload cap (%s) is lifted for this session"
+)
+#: A rejection no larger than an accepted request: rejected size, largest accepted size, index, role, size.
+CONTENT_BLOCK_NOTICE = (
+    "✖ Gateway refused a %s request although it had accepted a %s one — a content/policy block, not a "
+    "size limit: payload cap unchanged, history not compacted. Likely trigger: the newest message "
+    "(#%d, %s, %s) — remove or rephrase it, or ask the gateway's administrators which rule matched"
+)
+#: HTTP 431: header bytes (or "unknown size"), body bytes.
+HEADER_FAULT_NOTICE = (
+    "✖ Gateway rejected the request headers (HTTP 431, %s of headers; body %s) — a header limit, not a "
+    "body size: history compaction cannot help. Shorten cookies, tokens or custom headers, or raise the "
+    "proxy's header-size limit"
+)
+#: The system prompt fits but system prompt + tool definitions do not: system, tools, rejected size.
+FLOOR_TOOLS_FAIL_NOTICE = (
+    "✖ The non-compactable request base (system prompt: %s, tool definitions: %s) meets or exceeds the "
+    "size the gateway rejected (%s). History compaction cannot help — reduce MCP servers or tool "
+    "definitions, or raise the proxy/WAF body-size limit"
+)
+#: Compaction did all it could and the request is still too large: smallest request, its parts, rejected.
+FLOOR_SMALLEST_FAIL_NOTICE = (
+    "✖ The smallest request compaction can produce is %s (system prompt: %s, tool definitions: %s, "
+    "newest messages: %s) and meets or exceeds the size the gateway rejected (%s). History compaction "
+    "cannot help further — shorten the newest messages, reduce MCP servers, skills or personas, or raise "
+    "the proxy/WAF body-size limit"
+)
+#: A 400 saying max_tokens is too large: the rejected value, the value retried.
+OUTPUT_LIMIT_NOTICE = (
+    "ℹ Provider rejected max_tokens=%d as too large — retrying with max_tokens=%d for this session "
+    "(no compaction)"
+)
+#: Reason label of an EOF/reset with a large history (SPEC §2.5), and of one repeated at a size (§11).
+SUSPECTED_LARGE_HISTORY_REASON = "suspected payload limit (large history %s + network error)"
+SUSPECTED_REPEAT_REASON = "suspected payload limit (network error repeated at %s)"
+#: How notices name a message's role.
+ROLE_LABELS: dict[str, str] = {
+    "system": "system message",
+    "user": "user message",
+    "assistant": "assistant message",
+    "tool": "tool result",
+}
 
 # Notice codes, for filtering events.
 RECOVERABLE_FAILURE_CODE = "recoverable_failure"
@@ -61,6 +128,9 @@ FLOOR_FAIL_CODE = "payload_floor"
 FLOOR_WARNING_CODE = "payload_floor_warning"
 PREFLIGHT_CODE = "preflight"
 UNCAPPED_HISTORY_CODE = "uncapped_history"
+CONTENT_BLOCK_CODE = "content_block"
+HEADER_FAULT_CODE = "header_fault"
+OUTPUT_LIMIT_CODE = "output_limit"
 
 
 def size_text(n: int) -> str:

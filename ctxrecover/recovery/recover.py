@@ -14,12 +14,11 @@ from dataclasses import dataclass
 
 from ctxrecover.archive import Archive
 from ctxrecover.classify import Failure, FailureKind
-from ctxrecover.errors import PayloadFloorError, RecoveryExhausted, UnrecoverableFailure
+from ctxrecover.errors import RecoveryExhausted, UnrecoverableFailure
 from ctxrecover.events import EventBus, Notice, PostCompact, PreCompact
 from ctxrecover.messages import Message
 from ctxrecover.passes.pairing import repair_pairing
-from ctxrecover.recovery.cap_state import PayloadCapState
-from ctxrecover.recovery.floor import diagnose_floor
+from ctxrecover.passes.parts import archive_images
 from ctxrecover.recovery.ladder import RecoveryContext, RecoveryLadder, StepReport, content_chars
 from ctxrecover.recovery.notices import PAYLOAD_LIMIT_MARKER, PAYLOAD_LIMIT_NOTICE, RECOVERABLE_FAILURE_CODE
 
@@ -74,33 +73,26 @@ def recover(
     *,
     ladder: RecoveryLadder,
     ctx: RecoveryContext,
-    cap_state: PayloadCapState,
-    system_bytes: int,
     events: EventBus,
     before_rewrite: Callable[[list[Message]], object] | None = None,
-    floor_bytes: int | None = None,
+    payload_notice: bool = False,
+    announce: bool = True,
 ) -> RecoveryResult:
-    """One recovery attempt for a rejected request (SPEC §6 steps 1–7, without the retry).
+    """One recovery attempt for a rejected request (SPEC §6 steps 3–7, without the retry).
 
     In order: emit ``failure.notice`` (``⚠ Recoverable failure (…) — compacting
-    and retrying``); payload failures learn the cap (``cap_state``) and, when
-    the rejected size is known, diagnose the floor against ``system_bytes``
-    (the rendered system part, :func:`ctxrecover.wire.system_bytes`) and
-    ``floor_bytes`` (the smallest request compaction could produce, if known); then
-    ``before_rewrite(history)`` — the caller's memory flush and undo snapshot —,
-    ``PreCompact("recovery")``, the ladder step for ``attempt`` (1-based; it
-    archives what it drops), the payload notice message (payload failures, once
-    per session, skipped when any message already carries
+    and retrying``; ``announce=False`` when the caller already said it, before
+    what the gateway model concluded); ``before_rewrite(history)`` — the caller's memory flush and
+    undo snapshot —, ``PreCompact("recovery")``, inline images outside the last
+    ``policy.nuclear_keep_messages`` messages archived, the ladder step for
+    ``attempt`` (1-based; it archives what it drops), the payload notice message
+    when ``payload_notice`` is set (skipped when any message already carries
     :data:`PAYLOAD_LIMIT_MARKER`), and ``PostCompact("recovery", applied|skipped)``.
     When ``result.changed`` is False the caller should pop the undo snapshot.
 
     ``malformed_history``: pairing repair only, no hooks; a second attempt
-    raises :class:`RecoveryExhausted`.
-
-    Raises :class:`PayloadFloorError` (its message is the ``✖ …`` text) when
-    the system prompt alone meets the rejected size: that attempt is not
-    spent — the caller must not count it. :class:`UnrecoverableFailure` for a
-    kind compaction cannot help. The input history is never mutated.
+    raises :class:`RecoveryExhausted`. :class:`UnrecoverableFailure` for a kind
+    compaction cannot help. The input history is never mutated.
     """
     if not failure.recoverable:
         raise UnrecoverableFailure(
@@ -110,13 +102,10 @@ def recover(
         )
     level = ladder.level_for(attempt)
     notices: list[Notice] = []
-
-    def say(notice: Notice) -> None:
+    if failure.notice and announce:
+        notice = Notice(RECOVERABLE_FAILURE_CODE, failure.notice)
         notices.append(notice)
         events.emit(notice)
-
-    if failure.notice:
-        say(Notice(RECOVERABLE_FAILURE_CODE, failure.notice))
     limits = (ctx.tool_result_budget_chars, ctx.tool_result_max_chars)
 
     if failure.kind is FailureKind.MALFORMED_HISTORY:
@@ -137,28 +126,19 @@ def recover(
         )
         return RecoveryResult(repaired, report, 0, tuple(notices), *limits)
 
-    if failure.is_payload:
-        for notice in cap_state.learn(failure, policy=ctx.policy):
-            say(notice)
-        diagnosis = diagnose_floor(
-            system_bytes, failure.rejected_bytes, policy=ctx.policy, floor_bytes=floor_bytes
-        )
-        if diagnosis.fail_fast and diagnosis.notice is not None:
-            raise PayloadFloorError(diagnosis.notice.message, failure=failure, attempts=attempt - 1)
-        if diagnosis.notice is not None:
-            say(diagnosis.notice)
-
     if before_rewrite is not None:
         before_rewrite(history)
     events.emit(PreCompact("recovery"))
-    new_history, report = ladder(history, attempt, dataclasses.replace(ctx, failure=failure))
+    keep = ctx.policy.nuclear_keep_messages
+    imageless, images = archive_images(history, archive=ctx.archive, keep_recent=keep)
+    new_history, report = ladder(imageless, attempt, dataclasses.replace(ctx, failure=failure))
+    if images.images_archived and not report.changed:
+        report = dataclasses.replace(report, changed=True)
 
     added = False
-    if failure.is_payload and not cap_state.notice_sent:
-        if not _has_payload_notice(history):
-            new_history = [*new_history, Message.user(PAYLOAD_LIMIT_NOTICE)]
-            added = True
-        cap_state.notice_sent = True
+    if payload_notice and not _has_payload_notice(history):
+        new_history = [*new_history, Message.user(PAYLOAD_LIMIT_NOTICE)]
+        added = True
 
     events.emit(PostCompact("recovery", "applied" if report.changed or added else "skipped"))
     return RecoveryResult(

@@ -2,8 +2,8 @@
 
 A :class:`Strategy` is a named recipe: Policy overrides plus a factory of
 :class:`~ctxrecover.session.Session` injections (``compactor`` for planned compaction,
-``ladder`` for the reaction to a rejected request, ``cap_state`` for what a payload
-rejection teaches). :func:`simulator.replay.replay` takes one as ``strategy=``;
+``ladder`` for the reaction to a rejected request, ``gateway`` for the gateway model it
+starts from). :func:`simulator.replay.replay` takes one as ``strategy=``;
 :data:`BASELINES` holds the peers and :func:`resolve_policies` turns
 ``"default,baselines"`` into what a sweep runs.
 
@@ -13,7 +13,7 @@ they cut without a recall marker, so their runs report ``chars_lost > 0`` whenev
 act; that is the honest result, not a bug. Peers also run without ctxrecover's own
 lossless per-turn passes (microcompact, tool-result budget, skill aging — disabled by
 :data:`PEER_POLICY_OVERRIDES`), learn no payload cap and never add ctxrecover's payload
-notice (:class:`NoCapLearning`). What they share with ctxrecover is the classification
+notice (a gateway model with ``strategy="none"``). What they share with ctxrecover is the classification
 of failures and the floor diagnosis (a system prompt over the rejected size fails fast).
 Their ladders have one rung, so a recovered turn reads ``recovered@L1``.
 
@@ -31,17 +31,10 @@ from types import MappingProxyType
 from typing import Any
 
 from ctxrecover.archive import Archive
-from ctxrecover.classify import Failure
 from ctxrecover.errors import ConfigError
-from ctxrecover.events import EventBus, Notice, SessionStats
+from ctxrecover.events import EventBus, SessionStats
 from ctxrecover.policy import CHAT_POLICY, DEFAULT_POLICY, Policy
-from ctxrecover.recovery import (
-    LEARNED_CAP_CODE,
-    LEARNED_CAP_NOTICE,
-    PayloadCapState,
-    RecoveryLadder,
-)
-from ctxrecover.sizes import format_payload_size
+from ctxrecover.recovery import GatewayModel, RecoveryLadder
 from ctxrecover.summarize import Summarizer
 from simulator.research.peers import (
     MASKED_OBSERVATION,
@@ -62,9 +55,6 @@ from simulator.research.peers import (
 __all__ = [
     "BASELINES",
     "BASELINES_SPEC",
-    "BISECTION_TOLERANCE",
-    "BisectionCapState",
-    "NoCapLearning",
     "PEER_POLICY_OVERRIDES",
     "POLICY_PRESETS",
     "Strategy",
@@ -74,8 +64,6 @@ __all__ = [
 
 
 SessionOptions = Callable[..., dict[str, Any]]
-#: Bisection stops probing once (smallest rejected - largest accepted) <= this share of the rejected size.
-BISECTION_TOLERANCE = 0.02
 # A per-turn limit so large it never fires: the peers do not have ctxrecover's lossless passes.
 PEER_OFF = 10**9
 PEER_POLICY_OVERRIDES: Mapping[str, int] = MappingProxyType(
@@ -91,80 +79,6 @@ POLICY_PRESETS: Mapping[str, Policy] = MappingProxyType({"default": DEFAULT_POLI
 BASELINES_SPEC = "baselines"  # resolve_policies: every baseline
 
 
-@dataclass(slots=True)
-class NoCapLearning(PayloadCapState):
-    """A peer's cap state: a payload rejection teaches nothing (only a configured cap applies).
-
-    Build it with ``notice_sent=True`` so ctxrecover's payload notice is never added.
-    """
-
-    def learn(self, failure: Failure, *, policy: Policy) -> list[Notice]:
-        return []
-
-
-@dataclass(slots=True)
-class BisectionCapState(PayloadCapState):
-    """The payload cap found by bisection between the largest accepted and the smallest rejected size.
-
-    Each payload rejection of known size lowers ``smallest_rejected``; each accepted
-    request raises ``largest_accepted``. The learned cap is their midpoint, so the cap
-    can grow again after a rejection (unlike the ¾ rule, whose caps only tighten);
-    once the bracket is within ``tolerance`` of the rejected size the cap settles on
-    ``largest_accepted`` and probing stops. A request accepted at or above the smallest
-    rejected size (a gateway that is not purely size-based) restarts the bracket.
-    A rejection of unknown size falls back to the ¾ rule's assumed cap.
-
-    >>> from ctxrecover.classify import FailureKind
-    >>> state = BisectionCapState(largest_accepted=100_000)
-    >>> _ = state.learn(Failure(FailureKind.PAYLOAD_TOO_LARGE, rejected_bytes=140_000), policy=Policy())
-    >>> state.learned_cap
-    120000
-    >>> state.observe_accepted(119_000); state.learned_cap
-    129500
-    """
-
-    largest_accepted: int = 0
-    smallest_rejected: int | None = None
-    tolerance: float = BISECTION_TOLERANCE
-
-    @property
-    def converged(self) -> bool:
-        """True when the bracket is within ``tolerance``: the cap is the largest accepted size."""
-        hi = self.smallest_rejected
-        return hi is not None and hi - self.largest_accepted <= self.tolerance * hi
-
-    def _bisect(self) -> int:
-        hi = self.smallest_rejected
-        assert hi is not None
-        return self.largest_accepted if self.converged else (self.largest_accepted + hi) // 2
-
-    def observe_accepted(self, request_bytes: int) -> None:
-        if request_bytes <= self.largest_accepted:
-            return
-        self.largest_accepted = request_bytes
-        if self.smallest_rejected is None:
-            return
-        if request_bytes >= self.smallest_rejected:
-            self.smallest_rejected = None
-            self.learned_cap = None
-            return
-        self.learned_cap = self._bisect()
-
-    def learn(self, failure: Failure, *, policy: Policy) -> list[Notice]:
-        rejected = failure.rejected_bytes
-        if not failure.is_payload or not rejected:
-            return PayloadCapState.learn(self, failure, policy=policy)
-        self.smallest_rejected = min(rejected, self.smallest_rejected or rejected)
-        if self.largest_accepted >= self.smallest_rejected:
-            self.largest_accepted = 0
-        cap = self._bisect()
-        if cap < 1 or cap == self.learned_cap:
-            return []
-        self.learned_cap = cap
-        message = LEARNED_CAP_NOTICE % (format_payload_size(rejected), format_payload_size(cap))
-        return [Notice(LEARNED_CAP_CODE, message)]
-
-
 @dataclass(frozen=True, slots=True)
 class Strategy:
     """A context-management strategy runnable by :func:`simulator.replay.replay`.
@@ -172,7 +86,7 @@ class Strategy:
     ``policy_overrides`` are Policy fields the strategy fixes (applied over the policy it
     is given, so they win over swept knobs); ``factory(policy, archive, events, stats,
     summarizer)`` returns Session keyword injections (``compactor``, ``ladder``,
-    ``cap_state``). ``source`` says where the strategy comes from.
+    ``gateway``). ``source`` says where the strategy comes from.
     """
 
     name: str
@@ -200,8 +114,9 @@ class Strategy:
         return self.factory(policy, archive, events, stats, summarizer)
 
 
-def _peer_cap(policy: Policy) -> NoCapLearning:
-    return NoCapLearning(configured_cap=policy.payload_cap, notice_sent=True)
+def _peer_cap(policy: Policy) -> GatewayModel:
+    """A peer learns no cap and never adds ctxrecover's payload notice."""
+    return GatewayModel(configured_cap=policy.payload_cap, strategy="none", payload_notice_sent=True)
 
 
 def _no_recovery(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
@@ -214,7 +129,7 @@ def _cline(keep: ClineKeep, policy: Policy, archive: Archive, events: EventBus,
     return {
         "compactor": ClineCompactor(policy, archive, events=events, stats=stats, keep=keep),
         "ladder": RecoveryLadder(ClineDrop(keep)),
-        "cap_state": _peer_cap(policy),
+        "gateway": _peer_cap(policy),
     }
 
 
@@ -233,7 +148,7 @@ def _keep_last(policy: Policy, archive: Archive, events: EventBus, stats: Sessio
     return {
         "compactor": KeepLastCompactor(policy, archive, events=events, stats=stats),
         "ladder": RecoveryLadder(KeepLastTrim()),
-        "cap_state": _peer_cap(policy),
+        "gateway": _peer_cap(policy),
     }
 
 
@@ -242,7 +157,7 @@ def _masking(policy: Policy, archive: Archive, events: EventBus, stats: SessionS
     return {
         "compactor": MaskingCompactor(policy, archive, events=events, stats=stats),
         "ladder": RecoveryLadder(MaskObservations()),
-        "cap_state": _peer_cap(policy),
+        "gateway": _peer_cap(policy),
     }
 
 
@@ -252,13 +167,8 @@ def _summarize_everything(policy: Policy, archive: Archive, events: EventBus, st
         "compactor": SummarizeAllCompactor(policy, archive, summarizer=summarizer, events=events,
                                            stats=stats),
         "ladder": RecoveryLadder(SummarizeAll(summarizer, stats)),
-        "cap_state": _peer_cap(policy),
+        "gateway": _peer_cap(policy),
     }
-
-
-def _cap_bisection(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
-                   summarizer: Summarizer | None) -> dict[str, Any]:
-    return {"cap_state": BisectionCapState.from_policy(policy)}
 
 
 PEERS = tuple(PEER_POLICY_OVERRIDES.items())
@@ -339,12 +249,12 @@ BASELINES: Mapping[str, Strategy] = MappingProxyType(
             Strategy(
                 "cap-bisection",
                 "The default policy, but the payload cap is inferred by bisection between the largest "
-                "accepted and the smallest rejected request size (BisectionCapState) instead of ¾ of the "
-                "rejected size. Lossless like the default.",
-                "this repository: an alternative to PayloadCapState.learn "
-                "(ctxrecover/recovery/cap_state.py, SPEC §6 step 1)",
-                (),
-                _cap_bisection,
+                "accepted and the smallest rejected request size (Policy.cap_strategy='bisection') "
+                "instead of ¾ of the rejected size. Lossless like the default.",
+                "this repository: the gateway model's bisection strategy "
+                "(ctxrecover/recovery/gateway.py, SPEC §11)",
+                (("cap_strategy", "bisection"),),
+                None,
             ),
         )
     }

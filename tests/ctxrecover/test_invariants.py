@@ -38,15 +38,14 @@ from ctxrecover.passes.truncate import leading_system_count
 from ctxrecover.policy import Policy
 from ctxrecover.recovery import (
     PAYLOAD_LIMIT_MARKER,
+    GatewayModel,
     Level2,
-    PayloadCapState,
     RecoveryContext,
     RecoveryLadder,
     recover,
 )
 from ctxrecover.sizes import total_weight, weight
 from ctxrecover.summarize import CancelToken, SummaryResult
-from ctxrecover.wire import system_bytes
 
 POLICY = Policy()
 LADDER = RecoveryLadder.default(POLICY)
@@ -124,7 +123,7 @@ class HistoryMachine(RuleBasedStateMachine):
         self.archive = MemoryArchive()
         self.events = EventBus()
         self.compactor = HistoryCompactor(POLICY, self.archive, events=self.events)
-        self.cap_state = PayloadCapState()
+        self.gateway = GatewayModel()
         self.system: list[Message] = []
         self.history: list[Message] = []
         self.originals: list[Message] = []
@@ -273,6 +272,8 @@ class HistoryMachine(RuleBasedStateMachine):
             tool_result_budget_chars=self.tool_limits[0],
             tool_result_max_chars=self.tool_limits[1],
         )
+        self.gateway = self.gateway.judge(failure, request_bytes=rejected, policy=POLICY).model
+        payload_notice = failure.is_payload and not self.gateway.payload_notice_sent
         try:
             result = recover(
                 source,
@@ -280,15 +281,16 @@ class HistoryMachine(RuleBasedStateMachine):
                 attempt,
                 ladder=LADDER,
                 ctx=ctx,
-                cap_state=self.cap_state,
-                system_bytes=system_bytes(source, "openai-chat"),
                 events=self.events,
+                payload_notice=payload_notice,
             )
         except RecoveryExhausted:
             assert kind is FailureKind.MALFORMED_HISTORY and attempt > 1
             assert_unmutated(source, before)
             return
         assert_unmutated(source, before)
+        if payload_notice:
+            self.gateway = self.gateway.replace(payload_notice_sent=True)
         out = result.history
         assert result.level == (0 if kind is FailureKind.MALFORMED_HISTORY else min(attempt, len(LADDER)))
         assert validate_pairing(out), "a ladder step must leave a pairing-valid history"
@@ -397,8 +399,6 @@ def test_a_recovery_cut_inside_a_tool_block_keeps_the_cut_result_recallable(
             attempt,
             ladder=ladder,
             ctx=ctx,
-            cap_state=PayloadCapState(),
-            system_bytes=0,
             events=EventBus(),
         )
         assert validate_pairing(result.history)

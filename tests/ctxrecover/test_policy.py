@@ -55,6 +55,8 @@ SEED_DEFAULTS = {
     "level1_budget_factor": 0.5,
     "level1_assistant_max_chars": 5000,
     "learned_cap_factor": 0.75,
+    "cap_strategy": "three_quarters",  # SPEC §11: the seed's ¾ rule is the default strategy
+    "bisection_tolerance": 0.02,
     "assumed_payload_cap": 4 * 1024 * 1024,
     "floor_warning_fraction": 0.75,
     "preflight_cap_fraction": 0.85,
@@ -200,6 +202,11 @@ def test_zero_recovery_attempts_is_allowed_for_no_recovery_baselines() -> None:
             "Policy.context_engine must be 'provider', 'mcp:<server>' or an http(s) URL",
         ),
         ({"context_engine": "ftp://host/x"}, "Policy.context_engine must be 'provider'"),
+        (
+            {"cap_strategy": "halving"},
+            "Policy.cap_strategy must be one of 'three_quarters', 'bisection', 'none' (got 'halving')",
+        ),
+        ({"bisection_tolerance": 0}, "Policy.bisection_tolerance must be a fraction in (0, 1]"),
     ],
 )
 def test_invalid_value_raises_config_error_that_says_how_to_fix(changes: dict, expected: str) -> None:

@@ -24,6 +24,7 @@ from ctxrecover.senders import (
     OpenAISDKSender,
     Sender,
     SendFailed,
+    header_bytes,
 )
 from ctxrecover.summarize.context_editing import context_management_request
 from ctxrecover.wire import Usage, WireFormat, encode_body, render_request
@@ -270,6 +271,24 @@ def test_4xx_raises_send_failed_with_status_body_headers_and_the_rejected_size()
     assert failure.rejected_bytes == len(request.content)
 
 
+def test_a_rejected_send_reports_the_size_of_the_request_head_it_sent() -> None:
+    # SPEC §11: a 431 is diagnosed by the request's header size, so the sender measures it.
+    recorder = Recorder(lambda request: httpx.Response(431, text=""))
+    cookie = "session=" + "c" * 9_000
+    sender = HttpxSender(
+        "openai-chat", base_url="http://provider.test", model="gpt-4o", api_key="sk-test",
+        headers={"cookie": cookie}, transport=httpx.MockTransport(recorder),
+    )
+    with sender, pytest.raises(SendFailed) as info:
+        sender.send(REQUEST)
+
+    (request,) = recorder.requests
+    line = f"POST {request.url.raw_path.decode()} HTTP/1.1\r\n"
+    lines = "".join(f"{k.decode()}: {v.decode()}\r\n" for k, v in request.headers.raw)
+    assert info.value.header_bytes == len(line) + len(lines) + 2 > len(cookie)  # head = line + headers + CRLF
+    assert header_bytes(None) is None
+
+
 @pytest.mark.parametrize(
     ("exc_type", "history_chars", "kind"),
     [
@@ -503,6 +522,7 @@ def test_sdk_errors_become_send_failed_with_the_sdk_error_as_cause(
     error = info.value
     assert type(error.__cause__).__module__.split(".")[0] in ("openai", "anthropic")
     assert error.request_bytes == len(request.content)
+    assert error.header_bytes == header_bytes(request)
     failure = classify(error)
     assert failure.kind is kind
     assert failure.status == status

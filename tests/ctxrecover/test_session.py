@@ -380,7 +380,11 @@ def test_preflight_near_the_configured_cap_says_so_and_compacts_at_ratio_040() -
         f"ℹ pre-flight: history {format_payload_size(size)} ≈ {size * 100 // 100_000}% of configured cap "
         "(97.7 KB) — compacting"
     )
-    assert session.char_budget(0.40) == 64_000 < session.char_budget() == 70_000
+    # under the cap: the system prompt + 70% of the room the cap leaves beyond it (SPEC §11 decision)
+    system = history[0]
+    room = 100_000 - request_size([system], "openai-chat", model="gpt-4o")
+    under_cap = len(system.content) + int(room * 0.7)
+    assert session.char_budget(0.40) == 64_000 < session.char_budget() == under_cap
     start = statuses(events)[0]
     assert start.message == (
         f"📦 Compacting history ({len(history)} msgs, {format_payload_size(total_weight(history))} → "
@@ -486,7 +490,17 @@ def test_planned_compaction_runs_before_the_send_and_fits_the_cap_in_real_bytes(
 
 def test_policy_headroom_bounds_the_budget_under_a_cap() -> None:
     session = Session(ScriptedSender(), policy=Policy(payload_cap=100_000, payload_cap_headroom=0.5))
-    assert session.char_budget() == 50_000
+    # the headroom applies to the room beyond the non-compactable base (here an empty request's envelope)
+    assert session.char_budget() == int((100_000 - request_size([], "openai-chat", model="gpt-4o")) * 0.5)
+
+
+def test_a_large_system_prompt_keeps_the_budget_above_it_under_a_cap() -> None:
+    # SPEC §11 decision: with §1.3's 70% × cap, a 90 KB system prompt under a 100 KB cap gave a 70 KB
+    # budget that no compaction could reach; the headroom now applies to the 10 KB of room.
+    system = Message.system("S" * 90_000)
+    session = Session(ScriptedSender(), policy=Policy(payload_cap=100_000), history=[system])
+    room = 100_000 - request_size([system], "openai-chat", model="gpt-4o")
+    assert session.char_budget() == 90_000 + int(room * 0.7) > 90_000
 
 
 # -- budgets by mode and manual compaction -----------------------------------------------------
@@ -826,7 +840,7 @@ def test_state_round_trip_keeps_counters_learned_cap_and_the_notice_flag() -> No
     first = Session(http_sender("openai-chat", "gpt-4o", gateway(60 * KB)))
     first.extend([Message.system("agent"), *tool_turn("a")])
     first.complete()
-    assert first.learned_cap is not None and first.cap_state.notice_sent
+    assert first.learned_cap is not None and first.gateway.payload_notice_sent
 
     saved = json.loads(json.dumps(first.state()))
     restored = Session(http_sender("openai-chat", "gpt-4o", gateway(60 * KB)))
@@ -835,15 +849,23 @@ def test_state_round_trip_keeps_counters_learned_cap_and_the_notice_flag() -> No
     assert restored.history == first.history
     assert restored.learned_cap == first.learned_cap
     assert restored.stats.to_dict() == first.stats.to_dict()
-    assert restored.cap_state == first.cap_state
+    assert restored.gateway == first.gateway
     assert restored.chars_per_token == first.chars_per_token
 
-    # A later history without the notice message, and a gateway that rejects once more:
-    # one more recovery, but the once-per-session notice is not added again.
-    saved["history"] = [m.to_dict() for m in [Message.system("agent"), *tool_turn("b")]]
-    tighter = Session(http_sender("openai-chat", "gpt-4o", Transport(rejection, chat_reply("ok"))))
+    # A later history without the notice message, larger than anything the gateway accepted but
+    # under the learned cap (a budget of the whole cap: no compaction before sending), and a gateway
+    # that rejects it: one more recovery, the cap tightens, the once-per-session notice is not added again.
+    accepted, cap = first.gateway.largest_accepted, first.gateway.effective_cap
+    assert accepted < cap
+    base = request_size([Message.system("agent")], "openai-chat", model="gpt-4o")
+    later = [Message.system("agent"), Message.user("x" * ((accepted + cap) // 2 - base - 40))]
+    saved["history"] = [m.to_dict() for m in later]
+    whole_cap = Policy(payload_cap_headroom=1.0, preflight_cap_fraction=1.0)
+    transport = Transport(rejection, chat_reply("ok"))
+    tighter = Session(http_sender("openai-chat", "gpt-4o", transport), policy=whole_cap)
     tighter.restore(saved)
     tighter.complete()
+    assert accepted < len(transport.requests[0].content) < cap
     assert tighter.learned_cap is not None and tighter.learned_cap < first.learned_cap
     assert tighter.stats.recoveries == first.stats.recoveries + 1
     assert not any("[SYSTEM NOTICE — PAYLOAD LIMIT HIT]" in m.content for m in tighter.history)

@@ -116,14 +116,20 @@ def test_corporate_waf_learns_cap_from_first_rejection_and_succeeds_next() -> No
         "⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) — compacting and retrying"
         in lines
     )
-    assert (
+    learned = (
         f"ℹ Gateway rejected a {format_payload_size(rejected)} request — payload cap set to "
         f"{format_payload_size(rejected * 3 // 4)} for this session (export CHATCLI_MAX_PAYLOAD to override)"
-    ) in lines
+    )
+    retry = "⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) — compacting and retrying"
+    assert lines.index(retry) < lines.index(learned)  # SPEC §6: the retry line, then what it teaches
+    assert lines.count(retry) == 1
     assert session.stats.rejected_requests == 1
 
 
-def test_system_prompt_over_the_cap_fails_fast_without_spending_an_attempt() -> None:
+def test_a_request_that_is_all_system_prompt_fails_fast_without_spending_an_attempt() -> None:
+    # SPEC §11: the diagnosis must be true. The rejected request is the 140 KB system prompt plus a
+    # 5-char question: the system prompt alone is (just) under the rejected size, the smallest request
+    # compaction can produce is not — so that is what the message names, with its parts.
     gateway = Gateway(limit=129 * KB)
     session, events = make_session(gateway)
     session.extend([Message.system("S" * (140 * KB)), Message.user("hello")])
@@ -134,62 +140,106 @@ def test_system_prompt_over_the_cap_fails_fast_without_spending_an_attempt() -> 
 
     assert len(gateway.sizes) == 1
     assert session.stats.recovery_attempts == 0
-    message = str(info.value)
-    assert message.startswith("✖ The non-compactable request base (system prompt: ")
-    assert "History compaction cannot help — reduce MCP servers, skills or personas" in message
-    assert info.value.failure is not None and info.value.failure.kind == "waf_rejection"
+    error = info.value
+    assert error.over == "smallest_request" and error.over_bytes == gateway.sizes[0] == error.rejected_bytes
+    assert str(error).startswith(
+        f"✖ The smallest request compaction can produce is {format_payload_size(gateway.sizes[0])} "
+        "(system prompt: 140.0 KB, tool definitions: 0 B, newest messages: "
+    )
+    assert error.failure is not None and error.failure.kind == "waf_rejection"
     assert session.history == before
+    assert not any(isinstance(e, PreCompact | PostCompact) for e in events)
 
 
-def test_floor_fails_fast_when_no_ladder_step_could_get_under_the_rejected_size() -> None:
-    # The system part (126 KB) is under the rejected request, but the only other message is a
-    # 3 KB task that every ladder step keeps whole: no compaction can produce a smaller request.
+def test_a_system_prompt_grown_past_a_rejected_size_gets_the_spec_text_and_no_request() -> None:
+    # The seed's incident: the cap was learned from a 60 KB rejection; then skills and MCP docs
+    # grew the system prompt to 80 KB. The next turn is known to fail before it is sent, and the
+    # system prompt is what is over: SPEC §6.2's text, byte for byte.
+    gateway = Gateway(limit=50 * KB)
+    session, _ = make_session(gateway)
+    session.extend([Message.system("rules"), Message.user("U" * (60 * KB))])
+    session.complete()
+    rejected = session.gateway.smallest_rejected
+    assert rejected is not None and session.stats.rejected_requests == 1
+    sent = len(gateway.sizes)
+    session.restore({**session.state(), "history": [
+        Message.system("S" * (80 * KB)).to_dict(), Message.user("next").to_dict()
+    ]})
+
+    with pytest.raises(PayloadFloorError) as info:
+        session.complete()
+
+    assert len(gateway.sizes) == sent  # nothing sent
+    assert info.value.over == "system_prompt"
+    assert str(info.value) == (
+        "✖ The non-compactable request base (system prompt: 80.0 KB — personas, skills, MCP tool docs) "
+        f"meets or exceeds the size the gateway rejected ({format_payload_size(rejected)}). History "
+        "compaction cannot help — reduce MCP servers, skills or personas, or raise the proxy/WAF "
+        "body-size limit"
+    )
+
+
+def test_floor_fails_fast_naming_the_smallest_request_when_no_compaction_could_get_under() -> None:
+    # The system part (126 KB) is under the rejected request, but the newest message is a 3 KB
+    # verbatim recall result no pass may cut: the least any compaction leaves is the request
+    # itself, so the session fails at once — and says so, instead of blaming the system prompt.
     gateway = Gateway(limit=128 * KB)
     session, _ = make_session(gateway)
-    session.extend([Message.system("S" * (126 * KB)), Message.user("T" * (3 * KB))])
+    task = Message.user("T" * (3 * KB), preserve_verbatim=True)
+    session.extend([Message.system("S" * (126 * KB)), task])
 
     with pytest.raises(PayloadFloorError) as info:
         session.complete()
 
     assert len(gateway.sizes) == 1
     assert session.stats.recovery_attempts == 0
-    assert str(info.value).startswith("✖ The non-compactable request base (system prompt: 126.")
-    assert str(info.value).endswith(f"rejected ({format_payload_size(gateway.sizes[0])}). " + (
-        "History compaction cannot help — reduce MCP servers, skills or personas, "
-        "or raise the proxy/WAF body-size limit"
+    error = info.value
+    assert error.over == "smallest_request" and error.rejected_bytes == gateway.sizes[0]
+    assert error.over_bytes >= gateway.sizes[0] * 0.98
+    smallest = format_payload_size(error.over_bytes)
+    assert str(error).startswith(
+        f"✖ The smallest request compaction can produce is {smallest} (system prompt: 126."
+    )
+    assert "newest messages: 3." in str(error)
+    assert str(error).endswith(f"rejected ({format_payload_size(gateway.sizes[0])}). " + (
+        "History compaction cannot help further — shorten the newest messages, reduce MCP servers, "
+        "skills or personas, or raise the proxy/WAF body-size limit"
     ))
 
 
+def test_no_false_floor_diagnosis_when_compaction_can_shrink_the_newest_messages() -> None:
+    # The same 126 KB system prompt and 3 KB task, not verbatim: the old dry run of the last ladder
+    # step (which keeps 4000 chars per message) said "cannot help"; compaction can cut the task to a
+    # head, a tail and its recall marker, so the request goes through and the task stays recallable.
+    gateway = Gateway(limit=128 * KB)
+    session, _ = make_session(gateway)
+    session.extend([Message.system("S" * (126 * KB)), Message.user("T" * (3 * KB))])
+
+    assert session.complete().content == "ok"
+
+    assert len(gateway.sizes) == 2 and gateway.sizes[1] < 128 * KB
+    assert session.stats.rejected_requests == 1
+
+
 def test_payload_notice_is_added_once_over_three_recoveries() -> None:
-    rejected_turns: set[int] = set()
-
-    def reject_first_attempt_of_each_turn(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(413, text="<html><center><h1>413 Request Entity Too Large</h1></center></html>")
-
-    gateway = Gateway(limit=0, reject=reject_first_attempt_of_each_turn)
-    state = {"turn": 0}
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        gateway.sizes.append(len(request.content))
-        gateway.bodies.append(request.content)
-        if state["turn"] not in rejected_turns:
-            rejected_turns.add(state["turn"])
-            return reject_first_attempt_of_each_turn(request)
-        return bedrock_ok()
-
-    session, _events = make_session(gateway)
-    session.sender = HttpxSender(  # type: ignore[misc]
-        "bedrock-converse", base_url="http://g", model="m", transport=httpx.MockTransport(handler)
-    )
-    session.extend(agent_history(system_chars=1000, results=4, result_chars=4 * KB))
+    # With cap_strategy="none" nothing is learned, so each turn that grows past the 40 KB gateway is
+    # one more payload recovery; the notice message is added on the first only and, once compaction
+    # has archived it, never again.
+    gateway = Gateway(limit=40 * KB, reject=lambda request: httpx.Response(
+        413, text="<html><center><h1>413 Request Entity Too Large</h1></center></html>"
+    ))
+    session, _events = make_session(gateway, policy=Policy(cap_strategy="none"))
+    session.extend(agent_history(system_chars=1000, results=4, result_chars=12 * KB))
     for turn in range(3):
-        state["turn"] = turn
         session.complete()
-        session.add(Message.user(f"next step {turn}"))
+        session.add(Message.user(f"next step {turn}: " + "context " * 5200))
 
     assert session.stats.recoveries == 3
-    assert sum(PAYLOAD_NOTICE_TAG in m.content for m in session.history) == 1
+    assert session.learned_cap is None and session.gateway.hard_limit is None  # evidence kept, unused
+    carried = [PAYLOAD_NOTICE_TAG.encode() in body for body in gateway.bodies]
     assert all(body.count(PAYLOAD_NOTICE_TAG.encode()) <= 1 for body in gateway.bodies)
+    first = carried.index(True)
+    assert carried[first:] == sorted(carried[first:], reverse=True)  # once gone, never added back
 
 
 class EofOnce:

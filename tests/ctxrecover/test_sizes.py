@@ -1,4 +1,4 @@
-"""SPEC §1.1–1.3: human-friendly sizes, weights and the char budget."""
+"""SPEC §1.1–1.3: human-friendly sizes, weights and the char budget (images by wire size, SPEC §11)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from ctxrecover.sizes import (
     char_budget,
     estimate_image_tokens,
     format_payload_size,
+    image_chars,
+    image_tokens,
     needs_compaction,
     parse_payload_size,
     total_weight,
@@ -97,7 +99,7 @@ def test_weight_counts_content_tool_calls_images_and_system_parts() -> None:
     )
     assert weight(assistant) == 3 + len("read") + len('{"path":"x"}') + len("ls") + len("{}")
     with_image = Message.user("hi", images=(Image(url="https://e/x.png"),))
-    assert weight(with_image) == 2 + 85 * 4
+    assert weight(with_image) == 2 + len("https://e/x.png")  # a URL image travels as its URL
     system = Message.system("ab", system_parts=("abcd", "efgh"))
     assert weight(system) == 2 + (8 - 2)
     assert total_weight([assistant, with_image, system]) == sum(map(weight, [assistant, with_image, system]))
@@ -129,3 +131,19 @@ def test_char_budget_reserved_chars_floored_at_a_quarter() -> None:
 def test_char_budget_payload_cap_clamp_leaves_30_percent_headroom() -> None:
     assert char_budget(200_000, 0.6, payload_cap=131_072) == int(131_072 * 0.7)
     assert char_budget(1000, 0.6, payload_cap=10**9) == 2400
+
+
+def test_an_inline_image_weighs_its_wire_size_not_its_token_estimate() -> None:
+    # SPEC §11 amends §1.2: the issue's 266 668-char base64 screenshot used to weigh 543.
+    data = "A" * 266_668
+    shot = Message.user("look", images=(Image(data=data, media_type="image/jpeg"),))
+    assert image_chars(shot) == 266_668 + len("image/jpeg")
+    assert weight(shot) == 4 + 266_668 + len("image/jpeg")
+    assert total_weight([shot, Message.user("x")]) == weight(shot) + 1
+    # the token estimate stays what the model is charged (used for calibration and output room)
+    assert image_tokens(shot) == estimate_image_tokens(shot.images[0]) == 266_668 // 2048
+
+
+def test_a_message_without_images_has_no_image_chars_or_tokens() -> None:
+    assert image_chars(Message.user("text")) == 0
+    assert image_tokens(Message.user("text")) == 0

@@ -5,7 +5,9 @@ through a real :class:`~ctxrecover.session.Session` + :class:`~ctxrecover.sender
 over ``httpx.MockTransport`` into the scenario's middlebox and mock provider. The
 schedule mixes every fault a long run meets: connection resets and closes
 (transient, retried), nginx and JSON 413s, Akamai and corporate-proxy HTML 403s
-(payload caps learned and tightened), context overflows (the provider's window is
+(one request each: a payload cap learned, or — when the refused body is no larger
+than one already accepted — a content/policy block, SPEC §11, after which the
+harness sets the named message aside as a caller would), context overflows (the provider's window is
 smaller than the one the policy believes) and output truncations (the user
 changes ``max_tokens`` every few turns, so escalations start over).
 
@@ -34,6 +36,7 @@ import httpx
 import pytest
 
 from ctxrecover.archive import MemoryArchive
+from ctxrecover.errors import ContentBlockedError
 from ctxrecover.events import Event, Notice
 from ctxrecover.messages import Message
 from ctxrecover.senders import HttpxSender
@@ -90,8 +93,9 @@ def soak_scenario(user_turns: int) -> Scenario:
     ]
     faults += [
         # One request each (a gateway rule switched on and off again): every payload fault fires
-        # whatever size the session has learned to keep its requests under, and the learned caps
-        # (3/4 of each rejected size, only tightening) stay above the non-compactable floor.
+        # whatever size the session has learned to keep its requests under. A refusal larger than
+        # every accepted request teaches a cap; one at or below an accepted size is a content/policy
+        # block (SPEC §11): no cap, no compaction, a ContentBlockedError naming the newest message.
         {"kind": "body-cap", "limit": "1KB", "response": "nginx", **once(0.15)},
         {"kind": "waf-403-html", "page": "akamai", **once(0.35)},
         {"kind": "body-cap", "limit": "1KB", "response": "json-error", **once(0.55)},
@@ -137,6 +141,7 @@ class SoakResult:
     middlebox_rejections: Counter[str]
     provider_outcomes: Counter[str]
     notices: Counter[str]
+    content_blocks: int
     session: Session
     peak_bytes: int  # tracemalloc peak over the traced stretch
     held_bytes: int  # allocated in the traced stretch and still held at the end
@@ -187,6 +192,7 @@ def run_soak(user_turns: int, *, trace_from: float = 0.0) -> SoakResult:
     over_budget: list[tuple[int, int, int]] = []
     fed_chars = 0
     at_floor = 0
+    content_blocks = 0
     every = max(1, len(turns) // CHECKPOINTS)
     trace_turn = int(len(turns) * trace_from)
     traced_from_chars = 0
@@ -204,7 +210,14 @@ def run_soak(user_turns: int, *, trace_from: float = 0.0) -> SoakResult:
                 fed_chars += total_weight((msg,))
             script.reply = Reply(turn.reply.content, turn.reply.tool_calls)
             choice = index // MAX_TOKENS_SWITCH_EVERY % len(MAX_TOKENS_CHOICES)
-            produced = session.complete(max_tokens=MAX_TOKENS_CHOICES[choice])
+            try:
+                produced = session.complete(max_tokens=MAX_TOKENS_CHOICES[choice])
+            except ContentBlockedError as blocked:
+                # The rule refused a body no larger than one it had accepted: the caller sets the
+                # named message aside (archived, recallable) and goes on; the rule is off again.
+                content_blocks += 1
+                session.set_aside(blocked.message_index)
+                produced = session.complete(max_tokens=MAX_TOKENS_CHOICES[choice])
             fed.append(produced.replace())
             fed_chars += total_weight((produced,))
             ids.update({r.id: p.id for r, p in zip(turn.reply.tool_calls, produced.tool_calls, strict=False)})
@@ -242,7 +255,7 @@ def run_soak(user_turns: int, *, trace_from: float = 0.0) -> SoakResult:
         fed=tuple(fed),
         final_history=tuple(session.history), archive=archive,
         middlebox_rejections=Counter(r.kind for r in box.rejections), provider_outcomes=outcomes,
-        notices=notices, session=session, peak_bytes=peak, held_bytes=current,
+        notices=notices, content_blocks=content_blocks, session=session, peak_bytes=peak, held_bytes=current,
         traced_chars=archive.total_chars + fed_chars - traced_from_chars, seconds=seconds,
     )
 
@@ -273,7 +286,8 @@ def _report(result: SoakResult, record_property: Callable[[str, object], None]) 
                  f"for {result.traced_chars / 1e6:.1f} M chars fed+archived; {result.seconds:.1f} s; "
                  f"{result.turns_at_floor} turns at the compaction floor; "
                  f"rejections {dict(result.middlebox_rejections)}; "
-                 f"provider {dict(result.provider_outcomes)}; notices {dict(result.notices)}")
+                 f"provider {dict(result.provider_outcomes)}; notices {dict(result.notices)}; "
+                 f"content blocks {result.content_blocks}")
     print("\n".join(lines))
     record_property("soak_checkpoints", [p.__repr__() for p in result.checkpoints])
     record_property("tracemalloc_peak_bytes", result.peak_bytes)
@@ -302,8 +316,12 @@ def check_soak(result: SoakResult) -> None:
     assert all(rejected[k] >= 1 for k in PAYLOAD_KINDS), rejected
     assert result.provider_outcomes["context_overflow"] >= 1, result.provider_outcomes
     assert result.provider_outcomes["output_truncated"] >= 3, result.provider_outcomes
-    assert result.session.stats.recoveries >= len(PAYLOAD_KINDS), result.session.stats
-    assert result.notices["learned_cap"] >= len(PAYLOAD_KINDS), result.notices
+    # each payload fault is either a size limit (a recovery, a learned cap) or a content block
+    handled = result.session.stats.recoveries + result.content_blocks
+    assert handled >= len(PAYLOAD_KINDS), (result.session.stats, result.content_blocks)
+    said = result.notices["learned_cap"] + result.notices["content_block"]
+    assert said >= len(PAYLOAD_KINDS), result.notices
+    assert result.notices["content_block"] == result.content_blocks
 
     assert chars_lost(result.fed, result.final_history, result.archive) == 0
 

@@ -28,10 +28,12 @@ WIDE_WINDOW = 1_000_000
 # A chat session whose history passes 1 MB (no tool results for microcompact to shrink).
 BIG_CHAT = {"seed": 1, "turns": 130, "tool_turn_ratio": 0.0, "answer_chars": 8000, "recall_every": 0,
             "feedback_every": 0}
-FLOOR_FAIL_PREFIX = "✖ The non-compactable request base (system prompt: "
+# SPEC §11: the floor diagnosis names what is over. In floor-too-big the rejected request is the
+# 142.1 KB system prompt plus a 140-byte task, so the smallest request compaction can produce is over.
+FLOOR_FAIL_PREFIX = "✖ The smallest request compaction can produce is "
 FLOOR_FAIL_ADVICE = (
-    "History compaction cannot help — reduce MCP servers, skills or personas, or raise the proxy/WAF "
-    "body-size limit"
+    "History compaction cannot help further — shorten the newest messages, reduce MCP servers, skills or "
+    "personas, or raise the proxy/WAF body-size limit"
 )
 FLOOR_WARNING_PREFIX = "⚠ System prompt alone is "
 
@@ -103,6 +105,7 @@ def test_floor_too_big_fails_fast_on_the_first_rejection_with_the_floor_text() -
     assert (only.turn, only.outcome, only.failure_kind) == (0, "fail_fast_floor", "payload_too_large")
     floor = [n for n in result.notices if n.startswith("✖")]
     assert len(floor) == 1 and floor[0].startswith(FLOOR_FAIL_PREFIX) and floor[0].endswith(FLOOR_FAIL_ADVICE)
+    assert "(system prompt: 142.1 KB, tool definitions: 0 B, newest messages: " in floor[0]
     assert result.error == floor[0]
     assert result.stats.recovery_attempts == 0
     assert list(result.final_history) == list(result.conversation)
@@ -142,15 +145,18 @@ def test_corporate_waf_over_loopback_tcp_matches_the_in_process_replay() -> None
     assert shape(over_tcp) == shape(in_process)
 
 
-def test_header_cap_fails_from_turn_two_without_resending_an_unchanged_body() -> None:
+def test_header_cap_fails_from_turn_two_with_one_request_and_no_compaction() -> None:
+    # SPEC §11 changed this test: a 431 is a header fault — one request, one diagnosis naming the
+    # header size, no recovery attempt, no body cap (the ladder used to spend every attempt on it).
     result = run("header-431")
 
-    failing = [r for r in result.records if r.turn == 1]
-    outcomes = [r.outcome for r in failing]
-    assert outcomes[-1] == "failed" and set(outcomes[:-1]) == {"rejected:payload_too_large"}
-    assert len(failing) <= 1 + DEFAULT_POLICY.max_recovery_attempts
-    assert not any(r.identical_retry for r in failing)  # the ladder never resends a refused body
-    assert result.stats.recovery_attempts == DEFAULT_POLICY.max_recovery_attempts
+    (failing,) = [r for r in result.records if r.turn == 1]
+    assert (failing.outcome, failing.failure_kind) == ("failed", "payload_too_large")
+    assert result.outcome == "no_compaction" and result.stats.recovery_attempts == 0
+    assert result.error is not None
+    assert result.error.startswith("✖ Gateway rejected the request headers (HTTP 431, ")
+    assert not any(isinstance(e.item, PreCompact) for e in result.events)
+    assert all(r.learned_cap is None for r in result.records)
     assert result.records[0].outcome == "ok"
 
 

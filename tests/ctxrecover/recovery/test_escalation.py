@@ -116,3 +116,31 @@ def test_two_sessions_do_not_share_escalation_state() -> None:
     a.next_max_tokens(4096)
     assert (b.escalations, b.max_tokens) == (0, None)
     assert DEFAULT_POLICY == Policy()
+
+
+# -- SPEC §11: the output cap a provider states, the room the window leaves ----------------------------
+
+
+def test_escalation_never_exceeds_the_room_the_window_leaves_after_the_input() -> None:
+    esc = OutputEscalation(Policy(), provider_cap=64_000)
+    assert esc.next_max_tokens(8192, room=10_000) == 10_000
+    assert esc.next_max_tokens(10_000, room=10_000) is None  # cannot grow: no attempt spent
+    assert esc.escalations == 1
+
+
+def test_a_learned_output_cap_clamps_escalation_and_the_users_own_setting() -> None:
+    esc = OutputEscalation(Policy(), provider_cap=128_000)
+    assert esc.observe_user_override(200_000) == 200_000
+    esc.learn_output_cap(16_384)
+    assert esc.cap == 16_384 and esc.max_tokens == 16_384
+    assert esc.observe_user_override(200_000) == 16_384  # the provider said so
+    assert esc.next_max_tokens(16_384) is None
+    esc.learn_output_cap(32_000)  # a looser value never loosens what was learned
+    assert esc.learned_cap == 16_384
+    assert "learned_cap=16384" in repr(esc)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5])
+def test_a_learned_output_cap_must_be_a_positive_int(bad: object) -> None:
+    with pytest.raises(ConfigError, match="learn_output_cap"):
+        OutputEscalation(Policy()).learn_output_cap(bad)  # type: ignore[arg-type]

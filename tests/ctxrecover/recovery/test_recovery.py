@@ -1,4 +1,8 @@
-"""Recovery after a rejected request (SPEC §6) and the pre-flight check (SPEC §7)."""
+"""Recovery after a rejected request (SPEC §6) and the pre-flight check (SPEC §7).
+
+What a rejection teaches about the gateway (the learned cap, SPEC §6.1 and §11) is the
+gateway model's: tests/ctxrecover/recovery/test_gateway.py.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +17,16 @@ import pytest
 
 from ctxrecover.archive import MemoryArchive, extract_keys, recall
 from ctxrecover.classify import Failure, classify
-from ctxrecover.errors import ConfigError, PayloadFloorError, RecoveryExhausted, UnrecoverableFailure
+from ctxrecover.errors import ConfigError, RecoveryExhausted, UnrecoverableFailure
 from ctxrecover.events import Event, EventBus, Notice, PostCompact, PreCompact
-from ctxrecover.messages import Message, ToolCall
+from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.passes import tool_budget
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.recovery import (
+    GatewayModel,
     Level1,
     Level2,
     Level3,
-    PayloadCapState,
     RecoveryContext,
     RecoveryLadder,
     StepReport,
@@ -30,6 +34,7 @@ from ctxrecover.recovery import (
     preflight,
     recover,
     repair_malformed,
+    smallest_request_diagnosis,
 )
 from ctxrecover.sizes import MIB
 
@@ -68,6 +73,18 @@ DROPPED_NOTE_PREFIX = (
     "[full transcript of the messages dropped by context recovery recoverable via @recall <<ccr:"
 )
 PREFLIGHT = "ℹ pre-flight: history %s ≈ %d%% of configured cap (%s) — compacting"
+PREFLIGHT_LEARNED = "ℹ pre-flight: history %s ≈ %d%% of learned cap (%s) — compacting"
+FLOOR_TOOLS_FAIL = (
+    "✖ The non-compactable request base (system prompt: %s, tool definitions: %s) meets or exceeds the "
+    "size the gateway rejected (%s). History compaction cannot help — reduce MCP servers or tool "
+    "definitions, or raise the proxy/WAF body-size limit"
+)
+FLOOR_SMALLEST_FAIL = (
+    "✖ The smallest request compaction can produce is %s (system prompt: %s, tool definitions: %s, "
+    "newest messages: %s) and meets or exceeds the size the gateway rejected (%s). History compaction "
+    "cannot help further — shorten the newest messages, reduce MCP servers, skills or personas, or raise "
+    "the proxy/WAF body-size limit"
+)
 UNCAPPED = (
     "ℹ history %s — if you are behind a proxy/gateway, export CHATCLI_MAX_PAYLOAD=5MB "
     "(adjust to the proxy limit)"
@@ -118,75 +135,6 @@ class Recorder:
         return [e.message for e in self.events if isinstance(e, Notice)]
 
 
-# -- learned cap (§6 step 1) -----------------------------------------------------------------
-
-
-def test_learned_cap_is_three_quarters_of_the_rejected_size() -> None:
-    state = PayloadCapState()
-    notices = state.learn(payload_failure(), policy=DEFAULT_POLICY)
-    assert [n.message for n in notices] == [LEARNED % ("126.4 KB", "94.8 KB")]
-    assert notices[0].code == "learned_cap"
-    assert state.learned_cap == state.effective_cap == REJECTED * 3 // 4 == 97_075
-
-
-def test_learned_cap_only_tightens() -> None:
-    state = PayloadCapState()
-    state.learn(payload_failure(REJECTED), policy=DEFAULT_POLICY)
-    assert state.learn(payload_failure(200_000), policy=DEFAULT_POLICY) == []
-    assert state.effective_cap == 97_075
-    notices = state.learn(payload_failure(100_000), policy=DEFAULT_POLICY)
-    assert [n.message for n in notices] == [LEARNED % ("97.7 KB", "73.2 KB")]
-    assert state.effective_cap == 75_000
-
-
-def test_a_lower_configured_cap_wins_silently() -> None:
-    state = PayloadCapState.from_policy(Policy(payload_cap=50_000))
-    assert state.learn(payload_failure(), policy=DEFAULT_POLICY) == []
-    assert (state.learned_cap, state.effective_cap) == (None, 50_000)
-
-
-def test_a_higher_configured_cap_is_tightened_by_the_learned_one() -> None:
-    state = PayloadCapState(configured_cap=5 * MIB)
-    assert len(state.learn(payload_failure(), policy=DEFAULT_POLICY)) == 1
-    assert (state.configured_cap, state.effective_cap) == (5 * MIB, 97_075)
-
-
-def test_unknown_size_without_cap_assumes_4mb_once() -> None:
-    state = PayloadCapState()
-    notices = state.learn(payload_failure(None), policy=DEFAULT_POLICY)
-    assert [(n.code, n.message) for n in notices] == [("assumed_cap", ASSUMED)]
-    assert state.effective_cap == 4 * MIB
-    assert state.learn(payload_failure(None), policy=DEFAULT_POLICY) == []
-    assert state.effective_cap == 4 * MIB
-
-
-def test_unknown_size_with_a_cap_assumes_nothing() -> None:
-    state = PayloadCapState(configured_cap=MIB)
-    assert state.learn(payload_failure(None), policy=DEFAULT_POLICY) == []
-    assert state.effective_cap == MIB
-
-
-def test_non_payload_failures_teach_nothing() -> None:
-    state = PayloadCapState()
-    assert state.learn(overflow_failure(), policy=DEFAULT_POLICY) == []
-    assert state.effective_cap == 0
-
-
-def test_learning_never_touches_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CHATCLI_MAX_PAYLOAD", raising=False)
-    before = dict(os.environ)
-    state = PayloadCapState()
-    state.learn(payload_failure(), policy=DEFAULT_POLICY)
-    PayloadCapState().learn(payload_failure(None), policy=DEFAULT_POLICY)
-    assert dict(os.environ) == before
-    assert Policy.from_env().payload_cap == 0
-
-
-def test_configured_cap_is_validated() -> None:
-    with pytest.raises(ConfigError, match="0 meaning no cap"):
-        PayloadCapState(configured_cap=-1)
-
-
 # -- floor diagnosis (§6 step 2) -------------------------------------------------------------
 
 
@@ -207,46 +155,40 @@ def test_floor_diagnosis(system: int, rejected: int | None, fail_fast: bool, mes
     assert (diagnosis.notice.message if diagnosis.notice else None) == message
 
 
-def test_floor_fails_fast_when_the_most_compact_request_is_still_as_large_as_the_rejected_one() -> None:
-    # The system part alone (96.1 KB) is under the rejected 126.4 KB, but the smallest request
-    # compaction could still produce (system + what the last ladder step keeps) is not.
-    diagnosis = diagnose_floor(SYSTEM_NEAR, REJECTED, policy=DEFAULT_POLICY, floor_bytes=REJECTED + 10)
-    assert diagnosis.fail_fast
+def test_floor_names_the_tool_definitions_when_they_push_the_base_over() -> None:
+    # The system prompt alone (96.1 KB) is under the rejected 126.4 KB; with 40 KB of tool definitions
+    # the non-compactable base is not, and the message says which part is what.
+    diagnosis = diagnose_floor(SYSTEM_NEAR, REJECTED, policy=DEFAULT_POLICY, tools_bytes=40_000)
+    assert diagnosis.fail_fast and diagnosis.over == "tool_definitions"
+    assert diagnosis.over_bytes == SYSTEM_NEAR + 40_000
     assert diagnosis.notice is not None
-    assert diagnosis.notice.message == FLOOR_FAIL % ("96.1 KB", "126.4 KB")
-    below = diagnose_floor(SYSTEM_NEAR, REJECTED, policy=DEFAULT_POLICY, floor_bytes=REJECTED - 1)
-    assert not below.fail_fast
+    assert diagnosis.notice.message == FLOOR_TOOLS_FAIL % ("96.1 KB", "39.1 KB", "126.4 KB")
+    just_under = REJECTED - SYSTEM_NEAR - 1
+    under = diagnose_floor(SYSTEM_NEAR, REJECTED, policy=DEFAULT_POLICY, tools_bytes=just_under)
+    assert not under.fail_fast and under.notice is not None and under.notice.code == "payload_floor_warning"
 
 
-def test_floor_fail_fast_raises_without_touching_the_history() -> None:
-    history = conversation(3)
-    snapshot = copy.deepcopy(history)
-    rec = Recorder()
-    state = PayloadCapState()
-    with pytest.raises(PayloadFloorError) as caught:
-        recover(
-            history, payload_failure(), 1, ladder=RecoveryLadder.default(), ctx=context(),
-            cap_state=state, system_bytes=SYSTEM_OVER, events=rec.bus,
-        )
-    assert str(caught.value) == FLOOR_FAIL % ("131.2 KB", "126.4 KB")
-    assert caught.value.attempts == 0 and caught.value.failure is not None
-    assert history == snapshot
-    assert not any(isinstance(e, PreCompact | PostCompact) for e in rec.events)
-    assert state.effective_cap == 97_075  # the cap is learned even when failing fast
+def test_the_system_prompt_text_is_kept_when_the_system_prompt_is_what_is_over() -> None:
+    diagnosis = diagnose_floor(SYSTEM_OVER, REJECTED, policy=DEFAULT_POLICY, tools_bytes=40_000)
+    assert diagnosis.over == "system_prompt" and diagnosis.over_bytes == SYSTEM_OVER
+    assert diagnosis.notice is not None and diagnosis.notice.message == FLOOR_FAIL % ("131.2 KB", "126.4 KB")
 
 
-def test_floor_warning_is_emitted_and_recovery_continues() -> None:
-    rec = Recorder()
-    result = recover(
-        conversation(3), payload_failure(), 1, ladder=RecoveryLadder.default(), ctx=context(),
-        cap_state=PayloadCapState(), system_bytes=SYSTEM_NEAR, events=rec.bus,
+def test_the_smallest_request_diagnosis_names_the_request_and_its_parts() -> None:
+    diagnosis = smallest_request_diagnosis(130_000, REJECTED, system_bytes=SYSTEM_NEAR, tools_bytes=2_048)
+    assert diagnosis.fail_fast and diagnosis.over == "smallest_request" and diagnosis.over_bytes == 130_000
+    assert diagnosis.notice is not None and diagnosis.notice.code == "payload_floor"
+    assert diagnosis.notice.message == FLOOR_SMALLEST_FAIL % (
+        "127.0 KB", "96.1 KB", "2.0 KB", "28.9 KB", "126.4 KB"
     )
-    assert rec.notices == [
-        RECOVERABLE % "proxy/gateway payload limit (413/431)",
-        LEARNED % ("126.4 KB", "94.8 KB"),
-        FLOOR_WARN % "96.1 KB",
-    ]
-    assert [n.message for n in result.notices] == rec.notices
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5])
+def test_floor_diagnosis_rejects_bad_sizes(bad: object) -> None:
+    with pytest.raises(ConfigError, match="floor diagnosis needs"):
+        diagnose_floor(bad, REJECTED, policy=DEFAULT_POLICY)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="floor diagnosis needs tools_bytes"):
+        diagnose_floor(1_000, REJECTED, policy=DEFAULT_POLICY, tools_bytes=bad)  # type: ignore[arg-type]
 
 
 # -- the ladder (§6 steps 4–5) ---------------------------------------------------------------
@@ -441,25 +383,27 @@ def test_a_step_returning_the_wrong_shape_is_reported() -> None:
 # -- recover (§6) ----------------------------------------------------------------------------
 
 
-def run_recover(history: list[Message], failure: Failure, attempt: int, state: PayloadCapState, **kw):
+def run_recover(history: list[Message], failure: Failure, attempt: int, **kw):
     return recover(
         history, failure, attempt, ladder=kw.pop("ladder", RecoveryLadder.default()),
-        ctx=kw.pop("ctx", context()), cap_state=state, system_bytes=kw.pop("system_bytes", 1_000),
-        events=kw.pop("events", EventBus()), **kw,
+        ctx=kw.pop("ctx", context()), events=kw.pop("events", EventBus()), **kw,
     )
 
 
 def test_payload_notice_is_added_exactly_once_over_three_recoveries() -> None:
-    state = PayloadCapState()
+    # The session asks for the notice while its gateway model says it was never sent (SPEC §6 step 6).
+    model = GatewayModel()
     history = conversation(20, size=3_000)
     added = []
     for attempt in (1, 2, 3):
-        result = run_recover(history, payload_failure(), attempt, state)
+        ask = not model.payload_notice_sent
+        result = run_recover(history, payload_failure(), attempt, payload_notice=ask)
+        model = model.replace(payload_notice_sent=True)
         added.append(result.payload_notice_added)
         history = result.history
         if attempt == 1:
             assert history[-1].role == "user" and history[-1].content == PAYLOAD_NOTICE
-    assert added == [True, False, False] and state.notice_sent
+    assert added == [True, False, False]
     assert sum(m.content.count(PAYLOAD_MARKER) for m in history) == 1
 
 
@@ -471,18 +415,34 @@ def test_payload_notice_is_not_added_when_a_summary_already_carries_it() -> None
         summary_of=12,
     )
     history = [Message.system("sys"), summary, *conversation(3)[1:]]
-    state = PayloadCapState()
-    result = run_recover(history, payload_failure(), 1, state)
-    assert not result.payload_notice_added and state.notice_sent
+    result = run_recover(history, payload_failure(), 1, payload_notice=True)
+    assert not result.payload_notice_added
     assert sum(m.content.count(PAYLOAD_MARKER) for m in result.history) == 1
 
 
-def test_non_payload_failures_add_no_payload_notice_and_learn_no_cap() -> None:
-    state = PayloadCapState()
+def test_recover_itself_says_only_the_recoverable_failure_line() -> None:
     rec = Recorder()
-    result = run_recover(conversation(3), overflow_failure(), 1, state, events=rec.bus)
-    assert not result.payload_notice_added and state.effective_cap == 0 and not state.notice_sent
+    result = run_recover(conversation(3), overflow_failure(), 1, events=rec.bus)
+    assert not result.payload_notice_added
     assert rec.notices == [RECOVERABLE % "context too long"]
+
+
+def test_recover_archives_images_outside_the_kept_messages_before_the_ladder_drops_them(
+    assert_nothing_lost_strict: Callable[..., None],
+) -> None:
+    shot = "iVBORw0KGgo" + "A" * 40_000
+    history = [Message.system("sys")]
+    for i in range(6):
+        image = Image(data=shot + str(i))
+        history += [Message.user(f"look {i}", images=(image,)), Message.assistant(f"a{i}")]
+    store = MemoryArchive()
+    result = run_recover(history, payload_failure(), 2, ctx=context(archive=store))
+    assert result.changed
+    # the images inside the last 4 messages stay images; every older one is archived byte for byte
+    assert [m.images[0].data for m in result.history if m.images] == [shot + "4", shot + "5"]
+    archived = {store.get(k) for k in store.keys()}
+    assert {f"data:image/png;base64,{shot}{i}" for i in range(4)} <= archived
+    assert_nothing_lost_strict(history, result.history, store, with_arguments=True)
 
 
 def test_recover_runs_hooks_around_the_rewrite_in_order() -> None:
@@ -494,20 +454,18 @@ def test_recover_runs_hooks_around_the_rewrite_in_order() -> None:
         assert h is history
         calls.append(f"before_rewrite after {len(rec.events)} events")
 
-    result = run_recover(
-        history, payload_failure(), 1, PayloadCapState(), events=rec.bus, before_rewrite=before_rewrite
-    )
+    result = run_recover(history, payload_failure(), 1, events=rec.bus, before_rewrite=before_rewrite)
     kinds = [type(e).__name__ for e in rec.events]
-    assert kinds == ["Notice", "Notice", "PreCompact", "PostCompact"]
-    assert calls == ["before_rewrite after 2 events"]
-    assert rec.events[2] == PreCompact("recovery") and rec.events[3] == PostCompact("recovery", "applied")
+    assert kinds == ["Notice", "PreCompact", "PostCompact"]
+    assert calls == ["before_rewrite after 1 events"]
+    assert rec.events[1] == PreCompact("recovery") and rec.events[2] == PostCompact("recovery", "applied")
     assert result.level == 1 and result.changed
     assert (result.tool_result_budget_chars, result.tool_result_max_chars) == (100_000, 10_000)
 
 
 def test_recover_reports_skipped_when_nothing_changed() -> None:
     rec = Recorder()
-    result = run_recover(conversation(2), overflow_failure(), 1, PayloadCapState(), events=rec.bus)
+    result = run_recover(conversation(2), overflow_failure(), 1, events=rec.bus)
     assert not result.changed and rec.events[-1] == PostCompact("recovery", "skipped")
 
 
@@ -517,7 +475,7 @@ def test_recover_never_mutates_its_input_and_loses_nothing(
     history = [*conversation(12, size=2_000), Message.assistant(digits(9_000)), Message.user("next")]
     snapshot = copy.deepcopy(history)
     store = MemoryArchive()
-    result = run_recover(history, payload_failure(), 3, PayloadCapState(), ctx=context(archive=store))
+    result = run_recover(history, payload_failure(), 3, ctx=context(archive=store))
     assert history == snapshot
     assert result.level == 3
     assert_nothing_lost_strict(history, result.history, store, with_arguments=True)
@@ -527,12 +485,12 @@ def test_malformed_history_gets_pairing_repair_and_one_retry() -> None:
     malformed = classify(status=400, body="tool_use ids were found without tool_result blocks")
     history = [Message.user("go"), Message.assistant(tool_calls=[ToolCall("a", "ls")]), Message.user("?")]
     rec = Recorder()
-    result = run_recover(history, malformed, 1, PayloadCapState(), events=rec.bus)
+    result = run_recover(history, malformed, 1, events=rec.bus)
     assert result.level == 0 and result.changed
     assert [m.role for m in result.history] == ["user", "assistant", "tool", "user"]
     assert rec.events == []  # no truncation, no compaction hooks
     with pytest.raises(RecoveryExhausted):
-        run_recover(result.history, malformed, 2, PayloadCapState())
+        run_recover(result.history, malformed, 2)
 
 
 def test_repair_malformed_returns_a_valid_history_unchanged() -> None:
@@ -543,37 +501,62 @@ def test_repair_malformed_returns_a_valid_history_unchanged() -> None:
 
 def test_unrecoverable_failures_are_refused() -> None:
     with pytest.raises(UnrecoverableFailure, match="rate_limit"):
-        run_recover(conversation(2), classify(status=429, body="rate limit"), 1, PayloadCapState())
+        run_recover(conversation(2), classify(status=429, body="rate limit"), 1)
 
 
 # -- pre-flight (§7) -------------------------------------------------------------------------
 
 
 def test_preflight_near_the_configured_cap_forces_ratio_040() -> None:
-    state = PayloadCapState(configured_cap=5 * MIB)
-    result = preflight(int(4.5 * MIB), state, DEFAULT_POLICY)
+    model = GatewayModel(configured_cap=5 * MIB)
+    result = preflight(int(4.5 * MIB), model, DEFAULT_POLICY)
     assert result.budget_ratio_override == 0.40
     assert result.notice is not None and result.notice.message == PREFLIGHT % ("4.5 MB", 90, "5.0 MB")
-    assert preflight(int(4.25 * MIB), state, DEFAULT_POLICY).budget_ratio_override is None  # exactly 85%
+    assert preflight(int(4.25 * MIB), model, DEFAULT_POLICY).budget_ratio_override is None  # exactly 85%
 
 
-def test_preflight_uses_the_learned_cap() -> None:
-    state = PayloadCapState()
-    state.learn(payload_failure(), policy=DEFAULT_POLICY)
-    result = preflight(90_000, state, DEFAULT_POLICY)
+def test_preflight_uses_the_learned_cap_and_says_learned() -> None:
+    model = GatewayModel().judge(payload_failure(), request_bytes=REJECTED, policy=DEFAULT_POLICY).model
+    result = preflight(90_000, model, DEFAULT_POLICY)
     assert result.budget_ratio_override == 0.40
-    assert result.notice is not None and result.notice.message == PREFLIGHT % ("87.9 KB", 92, "94.8 KB")
+    assert result.notice is not None
+    assert result.notice.message == PREFLIGHT_LEARNED % ("87.9 KB", 92, "94.8 KB")
+
+
+def test_preflight_says_configured_when_the_configured_cap_is_the_tighter_one() -> None:
+    model = GatewayModel(configured_cap=80_000)
+    model = model.judge(payload_failure(), request_bytes=REJECTED, policy=DEFAULT_POLICY).model
+    assert model.learned_cap == 97_075 and model.effective_cap == 80_000
+    result = preflight(75_000, model, DEFAULT_POLICY)
+    assert result.notice is not None and result.notice.message == PREFLIGHT % ("73.2 KB", 93, "78.1 KB")
+
+
+def test_preflight_applies_its_85_percent_to_the_room_beyond_the_base() -> None:
+    # SPEC §11 decision: a 101.5 KB base under a 122 KB cap leaves 20.5 KB of room; 85% of the
+    # cap (103.7 KB) would be exceeded by every request, 85% of the room only by real growth.
+    cap, base = 122_000, 101_500
+    model = GatewayModel(configured_cap=cap)
+    assert preflight(110_000, model, DEFAULT_POLICY, base_bytes=base).notice is None
+    assert preflight(base + int(0.85 * (cap - base)), model, DEFAULT_POLICY, base_bytes=base).notice is None
+    near = preflight(base + int(0.85 * (cap - base)) + 1, model, DEFAULT_POLICY, base_bytes=base)
+    assert near.budget_ratio_override == 0.40 and near.notice is not None
+    assert preflight(110_000, model, DEFAULT_POLICY).notice is not None  # without a base: §7's 85% of the cap
 
 
 def test_preflight_without_cap_warns_once_per_session() -> None:
-    state = PayloadCapState()
-    assert preflight(2 * MIB, state, DEFAULT_POLICY) == preflight(2 * MIB, state, DEFAULT_POLICY)
-    first = preflight(3 * MIB, state, DEFAULT_POLICY)
+    model = GatewayModel()
+    assert preflight(2 * MIB, model, DEFAULT_POLICY) == preflight(2 * MIB, model, DEFAULT_POLICY)
+    first = preflight(3 * MIB, model, DEFAULT_POLICY)
     assert first.budget_ratio_override is None
     assert first.notice is not None and first.notice.message == UNCAPPED % "3.0 MB"
-    assert preflight(4 * MIB, state, DEFAULT_POLICY).notice is None
-    assert state.uncapped_warning_sent
-    assert preflight(3 * MIB, PayloadCapState(), DEFAULT_POLICY).notice is not None  # another session
+    assert preflight(4 * MIB, first.gateway, DEFAULT_POLICY).notice is None
+    assert first.gateway.uncapped_warning_sent and not model.uncapped_warning_sent
+    assert preflight(3 * MIB, GatewayModel(), DEFAULT_POLICY).notice is not None  # another session
+
+
+def test_preflight_rejects_negative_sizes() -> None:
+    with pytest.raises(ConfigError, match="preflight needs"):
+        preflight(-1, GatewayModel(), DEFAULT_POLICY)
 
 
 # -- session isolation -----------------------------------------------------------------------
@@ -584,12 +567,13 @@ def test_32_concurrent_sessions_learn_their_own_caps() -> None:
     defaults = dataclasses.asdict(DEFAULT_POLICY)
 
     def session(i: int) -> tuple[int, int, int]:
-        state = PayloadCapState()
+        model = GatewayModel()
         barrier.wait()
         for _ in range(20):
-            state.learn(payload_failure(400_000 + i * 1_000), policy=DEFAULT_POLICY)
-        result = run_recover(level1_history(), payload_failure(400_000 + i * 1_000), 1, state)
-        return state.effective_cap, result.tool_result_max_chars, sum(
+            size = 400_000 + i * 1_000
+            model = model.judge(payload_failure(size), request_bytes=size, policy=DEFAULT_POLICY).model
+        result = run_recover(level1_history(), payload_failure(400_000 + i * 1_000), 1, payload_notice=True)
+        return model.effective_cap, result.tool_result_max_chars, sum(
             m.content.count(PAYLOAD_MARKER) for m in result.history
         )
 

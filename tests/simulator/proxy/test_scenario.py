@@ -64,8 +64,8 @@ EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
     "nginx-1m-413": ("openai-chat", ["body-cap"], "recovered", "payload_too_large"),
     "cloudflare-waf-403": ("anthropic", ["waf-403-html"], "recovered", "waf_rejection"),
     "eof-mid-post-512k": ("openai-chat", ["close-after-body"], "recovered", "suspected_payload"),
-    "rst-after-256k": ("anthropic", ["reset-after"], "failed", "transient_network"),
-    "header-431": ("openai-chat", ["header-cap"], "failed", "payload_too_large"),
+    "rst-after-256k": ("anthropic", ["reset-after"], "recovered", "transient_network"),  # SPEC §11
+    "header-431": ("openai-chat", ["header-cap"], "no_compaction", "payload_too_large"),  # SPEC §11
     "anthropic-200k-overflow": ("anthropic", [], "recovered", "context_overflow"),
     "openai-128k-overflow": ("openai-chat", [], "recovered", "context_overflow"),
     "gemini-1m-overflow": ("gemini", [], "recovered", "context_overflow"),
