@@ -35,6 +35,9 @@ MAX_ARGUMENT_DEPTH = 100
 _JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKET_RE = re.compile(r"[^\[\]{}]+")
 _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_CALL_FIELDS = ("id", "name", "arguments")
+_OPTIONAL_TEXT_FIELDS = ("tool_call_id", "name", "error_code")
+_IMAGE_FIELDS = ("data", "url", "media_type")
 
 
 def _type_name(value: object) -> str:
@@ -142,14 +145,17 @@ class Message:
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, str) or self.role not in ROLES:
-            raise MessageError(f"Message.role must be one of {sorted(ROLES)}, got {self.role!r:.80}", field="role")
+            raise MessageError(
+                f"Message.role must be one of {sorted(ROLES)}, got {self.role!r:.80}", field="role"
+            )
         _require("Message", "content", self.content, str, "str")
         for name, kind in _SEQUENCE_FIELDS:
             value = getattr(self, name)
             if not isinstance(value, tuple):
                 if isinstance(value, str | bytes | dict) or not hasattr(value, "__iter__"):
                     raise MessageError(
-                        f"Message.{name} must be a tuple or list of {kind.__name__}, got {_type_name(value)}",
+                        f"Message.{name} must be a tuple or list of {kind.__name__}, "
+                        f"got {_type_name(value)}",
                         field=name,
                     )
                 value = tuple(value)
@@ -157,12 +163,13 @@ class Message:
             for i, item in enumerate(value):
                 if not isinstance(item, kind):
                     raise MessageError(
-                        f"Message.{name}[{i}] must be a {kind.__name__}, got {_type_name(item)}: {item!r:.80}",
+                        f"Message.{name}[{i}] must be a {kind.__name__}, "
+                        f"got {_type_name(item)}: {item!r:.80}",
                         field=f"{name}[{i}]",
                     )
         if self.tool_calls and self.role != "assistant":
             raise MessageError("only assistant messages carry tool_calls", field="tool_calls")
-        for name in ("tool_call_id", "name", "error_code"):
+        for name in _OPTIONAL_TEXT_FIELDS:
             _require("Message", name, getattr(self, name), (str, type(None)), "str or None")
         for name in ("is_error", "preserve_verbatim", "is_summary", "agent_feedback"):
             _require("Message", name, getattr(self, name), bool, "bool")
@@ -170,18 +177,18 @@ class Message:
         if self.summary_of < 0:
             raise MessageError(f"Message.summary_of must be >= 0, got {self.summary_of}", field="summary_of")
 
-    # -- constructors -----------------------------------------------------
     # -- what a provider accepts -------------------------------------------
     def wire_texts(self) -> list[tuple[str, str]]:
         """Every text this message puts on the wire, as ``(field, text)`` pairs."""
         texts = [("content", self.content)]
         for i, call in enumerate(self.tool_calls):
-            texts += [(f"tool_calls[{i}].{name}", getattr(call, name)) for name in ("id", "name", "arguments")]
-        texts += [(name, value) for name in ("tool_call_id", "name", "error_code") if (value := getattr(self, name))]
+            texts += [(f"tool_calls[{i}].{name}", getattr(call, name)) for name in _CALL_FIELDS]
+        texts += [(name, value) for name in _OPTIONAL_TEXT_FIELDS if (value := getattr(self, name))]
         texts += [(f"system_parts[{i}]", part) for i, part in enumerate(self.system_parts)]
         for i, image in enumerate(self.images):
-            texts += [(f"images[{i}].{name}", value) for name in ("data", "url", "media_type")
-                      if (value := getattr(image, name))]
+            texts += [
+                (f"images[{i}].{name}", value) for name in _IMAGE_FIELDS if (value := getattr(image, name))
+            ]
         return texts
 
     # -- constructors -----------------------------------------------------
@@ -268,7 +275,11 @@ class Message:
 _DICT_FIELDS = frozenset(
     f.name for f in dataclasses.fields(Message) if not f.name.startswith("_")
 )
-_SEQUENCE_FIELDS: tuple[tuple[str, type], ...] = (("tool_calls", ToolCall), ("images", Image), ("system_parts", str))
+_SEQUENCE_FIELDS: tuple[tuple[str, type], ...] = (
+    ("tool_calls", ToolCall),
+    ("images", Image),
+    ("system_parts", str),
+)
 
 
 def check_encodable(msg: Message, *, index: int | None = None) -> None:

@@ -307,6 +307,19 @@ def test_put_entries_uses_put_keyed_or_falls_back_to_put(store: Archive) -> None
     assert plain.puts == ["one", "two"]
 
 
-def test_disk_archive_still_satisfies_the_protocol_without_put_keyed(disk: DiskArchive) -> None:
-    assert isinstance(disk, Archive) and not hasattr(disk, "put_keyed")
-    assert isinstance(MemoryArchive(), Archive)
+def test_disk_archive_stores_a_range_s_members_in_one_batch(
+    disk: DiskArchive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert isinstance(disk, Archive) and isinstance(MemoryArchive(), Archive)
+    batches: list[int] = []
+    real = DiskArchive.put_keyed
+
+    def counted(self: DiskArchive, entries: list[tuple[str, str]], **kw: object) -> None:
+        batches.append(len(dict(entries)))
+        real(self, entries, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DiskArchive, "put_keyed", counted)
+    messages = dropped_range()
+    key = archive_range(disk, messages)
+    assert batches == [len({t for m in messages for t in (m.content, *(c.arguments for c in m.tool_calls))})]
+    assert recall(disk, key).found[key] == render_transcript(messages)
