@@ -37,9 +37,10 @@ from pathlib import Path
 from types import TracebackType
 
 from ctxrecover.archive import entries
-from ctxrecover.archive.entries import DEFAULT_NAMESPACE, TEXT_ENCODING
+from ctxrecover.archive.entries import TEXT_ENCODING
 from ctxrecover.archive.keys import MARKER_RE, archive_key, extract_keys, has_marker
 from ctxrecover.archive.sqlite_file import ArchiveFile, Transaction
+from ctxrecover.archive.store import DEFAULT_NAMESPACE, check_namespace
 from ctxrecover.errors import ArchiveError, ArchiveFullError, ArchiveIntegrityError, ConfigError
 from ctxrecover.sizes import MIB, format_payload_size
 
@@ -98,7 +99,7 @@ class DiskArchive:
             )
         if not busy_timeout_s >= 0:
             raise ConfigError(f"DiskArchive busy_timeout_s must be >= 0 (got {busy_timeout_s!r})")
-        _check_namespace(namespace)
+        check_namespace(namespace)
         file = ArchiveFile(
             Path(path),
             ttl_seconds=ttl_seconds,
@@ -183,7 +184,7 @@ class DiskArchive:
 
     def view(self, namespace: str) -> DiskArchive:
         """A handle on the same file (and connection) in another namespace; close each handle."""
-        _check_namespace(namespace)
+        check_namespace(namespace)
         with self._file.lock:
             self._connection_check()
             self._file.users += 1
@@ -198,7 +199,7 @@ class DiskArchive:
         (held once its own history reaches them). Raises :class:`ArchiveError`
         when a key is not stored in this namespace.
         """
-        _check_namespace(namespace)
+        check_namespace(namespace)
         roots = list(dict.fromkeys(keys))
         if not all(_is_key(key) for key in roots):
             raise ArchiveError(f"DiskArchive.share needs 16-hex keys, got {roots!r:.200}")
@@ -389,11 +390,6 @@ class DiskArchive:
                 key=key,
             )
         return text
-
-
-def _check_namespace(namespace: object) -> None:
-    if not isinstance(namespace, str) or not namespace:
-        raise ConfigError(f"an archive namespace must be a non-empty str (got {namespace!r})")
 
 
 def _is_key(key: object) -> bool:

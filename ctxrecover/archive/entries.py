@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ctxrecover.archive.keys import archive_key, extract_keys
+from ctxrecover.archive.store import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from ctxrecover.archive.sqlite_file import Transaction
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 TEXT_ENCODING = ("utf-8", "surrogatepass")  # round-trips any str, as archive_key hashes it
-DEFAULT_NAMESPACE = "default"
 EXPIRE_BATCH = 256
 SCHEMA = (
     "CREATE TABLE entries ("
