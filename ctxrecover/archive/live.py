@@ -25,6 +25,7 @@ change (never raised: the session stays usable while its disk is full).
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,15 @@ __all__ = ["SessionArchive", "message_keys"]
 _T = TypeVar("_T")
 _KEYS_CACHE = "archive:keys"  # msg._cache entry: the keys the message refers to
 Stage = Literal["put", "pin"]
+
+
+def _takes_owner(method: object) -> bool:
+    if method is None:
+        return False
+    try:
+        return "owner" in inspect.signature(method).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
 
 
 def message_keys(msg: Message) -> tuple[str, ...]:
@@ -83,7 +93,10 @@ class SessionArchive:
     ) -> None:
         self.store: Archive = store.store if isinstance(store, SessionArchive) else store
         self.owner = owner or uuid.uuid4().hex
+        # A store that pins but whose put takes no owner (a subclass) still gets its pins, not fresh holds.
         self.pinning = isinstance(self.store, PinningArchive)
+        self._put_owner = self.pinning and _takes_owner(self.store.put)
+        self._put_keyed_owner = self.pinning and _takes_owner(getattr(self.store, "put_keyed", None))
         self._on_error = on_error
         self._lists: dict[str, _Tracked] = {}
         self._counts: dict[str, int] = {}
@@ -95,13 +108,13 @@ class SessionArchive:
 
     # -- the Archive protocol ------------------------------------------------------------
     def put(self, content: str) -> str:
-        if self.pinning:
+        if self._put_owner:
             return self._write(lambda: self.store.put(content, owner=self.owner))  # type: ignore[call-arg]
         return self._write(lambda: self.store.put(content))
 
     def put_keyed(self, entries: Sequence[tuple[str, str]]) -> None:
         """Store pre-keyed entries in one step (see :func:`~ctxrecover.archive.put_entries`)."""
-        if self.pinning and hasattr(self.store, "put_keyed"):
+        if self._put_keyed_owner:
             self._write(lambda: self.store.put_keyed(entries, owner=self.owner))  # type: ignore[attr-defined]
         else:
             self._write(lambda: put_entries(self.store, entries))
