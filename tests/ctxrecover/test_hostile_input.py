@@ -1,4 +1,4 @@
-"""Hostile input (issue 12): refused at the door with a typed error, never a crash later; the session stays usable.
+"""Hostile input (issue 12): refused at the door with a typed error; the session stays usable.
 
 Decision: a lone surrogate is refused where a message enters a session
 (``Session.add``/``extend``/``history=``) — providers reject its JSON escape
