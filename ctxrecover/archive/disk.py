@@ -350,7 +350,7 @@ class DiskArchive:
 
     def _evict_or_refuse(self, t: Transaction, needed: int) -> None:
         if not entries.evict(t, self.max_bytes):
-            held = t.bytes - needed - entries.evictable_bytes(t.conn)
+            held = t.bytes - needed - entries.evictable_bytes(t)
             raise self._full(
                 needed,
                 f"it would not fit under max_bytes ({format_payload_size(self.max_bytes)}) without evicting "
