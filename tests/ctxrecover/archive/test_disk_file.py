@@ -1,4 +1,4 @@
-"""The archive file (issue 12): never a fresh archive over a bad one, verified reads, reads never write.
+"""The archive file (issue 12): never a fresh archive over a bad one; verified reads; reads never write."""
 
 from __future__ import annotations
 
