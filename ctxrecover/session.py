@@ -23,9 +23,10 @@ The archive is wrapped in a :class:`~ctxrecover.archive.SessionArchive`: wheneve
 the history (or the outgoing copy) changes, the keys it holds are pinned in a
 bounded store, so nothing the conversation still points to is evicted. When the
 store refuses a write (full of pinned entries, read-only, disk full), the turn
-raises that :class:`~ctxrecover.errors.ArchiveError` *before* anything is cut —
-the history stays as it was, the refusal is counted (``stats.archive_refusals``)
-and announced (notice ``archive_refused``), and the session stays usable.
+raises that :class:`~ctxrecover.errors.ArchiveError` *before* the cut that
+needed it (cuts already archived earlier in the turn stay), so nothing is lost;
+the refusal is counted (``stats.archive_refusals``) and announced (notice
+``archive_refused``), and the session stays usable.
 Messages enter through :meth:`Session.add` / :meth:`Session.extend` /
 ``history=``, which refuse text no provider accepts (a lone surrogate:
 :class:`~ctxrecover.errors.UnencodableTextError` naming the message index, field
