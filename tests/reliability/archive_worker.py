@@ -1,7 +1,7 @@
 """Subprocess jobs for test_archive_guarantees.py (each prints what the parent checks).
 
 ``python archive_worker.py writer PATH SEED``
-    puts, ranges and pin changes forever (until SIGKILL), printing ``durable KEY``
+    prints ``started``, then puts, ranges and pin changes forever (until SIGKILL), printing ``durable KEY``
     after each put returned and ``pinned OWNER KEY`` after each pin returned.
 ``python archive_worker.py full PATH``
     a flapping session over an archive on a small file system until three turns
@@ -42,6 +42,7 @@ def writer(path: Path, seed: int) -> None:
     store = DiskArchive(path, ttl_seconds=None)
     owners = ["w-a", "w-b"]
     pinned: dict[str, list[str]] = {owner: [] for owner in owners}
+    print("started", flush=True)
     n = 0
     while True:
         n += 1

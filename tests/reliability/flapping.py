@@ -165,11 +165,12 @@ def run(
     *,
     check: Callable[[Session, Run], None] | None = None,
     stop_after_refusals: int | None = None,
+    seed: int = SEED,
 ) -> Run:
     """Drive ``turns`` user turns over ``store``; ``check(session, run)`` is called after each one."""
     result = Run()
-    rng = random.Random(SEED)
-    gateway = FlappingGateway(SEED)
+    rng = random.Random(seed)
+    gateway = FlappingGateway(seed)
     sender = HttpxSender(
         "openai-chat", base_url="https://gateway.test", model="gpt-4o", transport=httpx.MockTransport(gateway)
     )
