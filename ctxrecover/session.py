@@ -105,7 +105,7 @@ LEARNED_WINDOW_NOTICE = (
 )
 # Decision beyond the reference: the archive never evicts what the history reaches, so it may refuse.
 ARCHIVE_REFUSED_NOTICE = (
-    "⚠ CCR archive refused to store what this turn would cut — nothing was cut, the history is unchanged: %s"
+    "⚠ CCR archive refused to store what this turn would cut — that cut was not made, nothing is lost: %s"
 )
 ARCHIVE_PINS_NOTICE = "⚠ CCR archive could not record which entries this session still uses (will retry): %s"
 LIVE_HISTORY = "history"  # the SessionArchive lists a session keeps pinned

@@ -14,7 +14,7 @@ from ctxrecover.session import Session
 
 SMALL = Policy(context_window=2000, keep_recent=4)  # ~4.8 K chars of budget: a 20 K history must be cut
 REFUSED_PREFIX = (
-    "⚠ CCR archive refused to store what this turn would cut — nothing was cut, the history is unchanged: "
+    "⚠ CCR archive refused to store what this turn would cut — that cut was not made, nothing is lost: "
 )
 
 
