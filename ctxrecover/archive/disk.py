@@ -159,7 +159,7 @@ class DiskArchive:
         """
         if not _is_key(key):
             return None
-        row = self._file.read(
+        row = self._use().read(
             lambda conn: conn.execute(
                 "SELECT content, accessed, holds FROM entries WHERE ns = ? AND key = ?", (self.namespace, key)
             ).fetchone()
@@ -173,7 +173,7 @@ class DiskArchive:
     def __contains__(self, key: object) -> bool:
         if not _is_key(key):
             return False
-        row = self._file.read(
+        row = self._use().read(
             lambda conn: conn.execute(
                 "SELECT accessed, holds FROM entries WHERE ns = ? AND key = ?", (self.namespace, key)
             ).fetchone()
@@ -186,7 +186,7 @@ class DiskArchive:
         """A handle on the same file (and connection) in another namespace; close each handle."""
         check_namespace(namespace)
         with self._file.lock:
-            self._connection_check()
+            self._use().connection()
             self._file.users += 1
         other = object.__new__(DiskArchive)
         other._attach(self._file, namespace, self.max_bytes)
@@ -237,7 +237,7 @@ class DiskArchive:
             self._evict_or_refuse(t, needed)
             return tuple(copied)
 
-        return self._file.write(copy)
+        return self._use().write(copy)
 
     # -- what live histories hold ---------------------------------------------------------
 
@@ -262,11 +262,11 @@ class DiskArchive:
             else:
                 entries.pin_live(t, self.namespace, owner, added, removed)
 
-        self._file.write(apply, durable=False)
+        self._use().write(apply, durable=False)
 
     def release(self, owner: str) -> None:
         """Drop every pin of ``owner`` (a session that will not be resumed): its entries become evictable."""
-        self._file.write(lambda t: entries.reset_owner(t, self.namespace, owner, ()), durable=False)
+        self._use().write(lambda t: entries.reset_owner(t, self.namespace, owner, ()), durable=False)
 
     # -- the rest ---------------------------------------------------------------
 
@@ -275,7 +275,7 @@ class DiskArchive:
 
     def stats(self) -> ArchiveStats:
         """Entries of this namespace, their content bytes, and how many of them are pinned."""
-        row = self._file.read(
+        row = self._use().read(
             lambda conn: conn.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(holds > 0), 0),"
                 " COALESCE(SUM(CASE WHEN holds > 0 THEN size ELSE 0 END), 0) FROM entries WHERE ns = ?",
@@ -287,7 +287,7 @@ class DiskArchive:
     @property
     def total_bytes(self) -> int:
         """Content bytes in the whole file (every namespace): what ``max_bytes`` bounds."""
-        row = self._file.read(
+        row = self._use().read(
             lambda conn: conn.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()
         )
         return int(row[0])
@@ -295,7 +295,7 @@ class DiskArchive:
     def verify(self) -> list[str]:
         """Every problem in the file (SQLite's integrity check, bookkeeping, entries not matching
         their key); empty when sound. Reads the whole file."""
-        return self._file.read(entries.verify)
+        return self._use().read(entries.verify)
 
     def close(self) -> None:
         """Close this handle; further use raises :class:`ArchiveError`. Idempotent."""
@@ -319,13 +319,14 @@ class DiskArchive:
 
     # -- internals ----------------------------------------------------------------
 
-    def _connection_check(self) -> None:
+    def _use(self) -> ArchiveFile:
+        """The file, unless this handle was closed."""
         if not self._open:
             raise ArchiveError(f"CCR archive {self.path} is closed")
-        self._file.connection()
+        return self._file
 
     def _store(self, items: list[tuple[str, str]], owner: str | None) -> None:
-        self._connection_check()
+        self._use()
         encoded = [(key, content, content.encode(*TEXT_ENCODING)) for key, content in items]
         for _, _, data in encoded:
             if len(data) > self.max_entry_bytes:
@@ -346,7 +347,7 @@ class DiskArchive:
                 entries.pin_fresh(t, self.namespace, owner, (key for key, _, _ in encoded))
             self._evict_or_refuse(t, needed)
 
-        self._file.write(store)
+        self._use().write(store)
 
     def _evict_or_refuse(self, t: Transaction, needed: int) -> None:
         if not entries.evict(t, self.max_bytes):

@@ -83,10 +83,19 @@ class ArchiveFile:
         try:
             self._check_schema()
             if not self.read_only:
-                self.write(lambda _t: None)  # expire what outlived the TTL
+                self._expire_on_open()
         except BaseException:
             self.close()
             raise
+
+    def _expire_on_open(self) -> None:
+        """Expire what outlived the TTL — best effort: a full disk or a busy writer must not stop reads."""
+        try:
+            self.write(lambda _t: None)
+        except ArchiveCorruptError:
+            raise
+        except ArchiveError:
+            pass  # the next write expires them
 
     # -- errors ---------------------------------------------------------------------
     def corrupt(self, reason: str, cause: BaseException | None = None) -> ArchiveCorruptError:

@@ -85,6 +85,9 @@ def full(path: Path) -> None:
         "recalled": sum(not recall(store, key).missing for key in keys),
         "unrecallable": flapping.unrecallable(session.history, store, result.shadow),
     }
+    store.close()
+    with DiskArchive(path) as reopened:  # a new handle on the full disk reads too
+        report["recalled_after_reopen"] = sum(not recall(reopened, key).missing for key in keys)
     print(json.dumps(report), flush=True)
 
 

@@ -320,6 +320,7 @@ def test_a_full_tmpfs_refuses_writes_with_a_typed_error_and_reads_keep_working(t
     )
     assert report["refusals_counted"] == report["refusal_notices"] == 3
     assert report["markers"] > 0 and report["recalled"] == report["markers"]  # every read still works
+    assert report["recalled_after_reopen"] == report["markers"]
     assert report["unrecallable"] == [0, 0]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import ctxrecover.archive.sqlite_file as sqlite_file
 from ctxrecover.archive import DiskArchive, archive_key, archive_range, marker, recall, render_transcript
-from ctxrecover.errors import ArchiveCorruptError, ArchiveIntegrityError, ArchiveWriteError
+from ctxrecover.errors import ArchiveCorruptError, ArchiveError, ArchiveIntegrityError, ArchiveWriteError
 from ctxrecover.messages import Message
 
 APPLICATION_ID = 0x43435231
@@ -194,3 +194,28 @@ def test_a_newer_schema_is_refused(db_path: Path) -> None:
     conn.close()
     with pytest.raises(ArchiveCorruptError, match=r"written by a newer ctxrecover \(archive schema 99\)"):
         DiskArchive(db_path)
+
+
+def test_opening_while_another_writer_holds_the_file_still_reads(db_path: Path) -> None:
+    with DiskArchive(db_path) as store:
+        key = store.put("there before")
+    writer = sqlite3.connect(db_path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # the open's expiry pass cannot write now: it waits for the next write
+    try:
+        with DiskArchive(db_path, busy_timeout_s=0.05) as store:
+            assert store.get(key) == "there before"
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+def test_a_closed_view_refuses_use_while_other_views_keep_the_file(db_path: Path) -> None:
+    with DiskArchive(db_path, namespace="a") as alice:
+        bob = alice.view("b")
+        key = bob.put("bob's")
+        bob.close()
+        for use in (lambda: bob.get(key), lambda: key in bob, bob.stats, lambda: bob.pin("o", [key])):
+            with pytest.raises(ArchiveError, match="is closed"):
+                use()
+        with alice.view("b") as again:
+            assert again.get(key) == "bob's"
