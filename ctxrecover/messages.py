@@ -38,6 +38,7 @@ _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _CALL_FIELDS = ("id", "name", "arguments")
 _OPTIONAL_TEXT_FIELDS = ("tool_call_id", "name", "error_code")
 _IMAGE_FIELDS = ("data", "url", "media_type")
+_STR_OR_NONE = (str, type(None))
 
 
 def _type_name(value: object) -> str:
@@ -77,9 +78,10 @@ class ToolCall:
     arguments: str = "{}"
 
     def __post_init__(self) -> None:
-        _require("ToolCall", "id", self.id, str, "str")
-        _require("ToolCall", "name", self.name, str, "str")
-        _require("ToolCall", "arguments", self.arguments, str, "str (JSON text: use json.dumps)")
+        if not (type(self.id) is type(self.name) is type(self.arguments) is str):
+            _require("ToolCall", "id", self.id, str, "str")
+            _require("ToolCall", "name", self.name, str, "str")
+            _require("ToolCall", "arguments", self.arguments, str, "str (JSON text: use json.dumps)")
         # count first: a text with fewer brackets than the limit cannot nest deeper
         if self.arguments.count("[") + self.arguments.count("{") > MAX_ARGUMENT_DEPTH:
             depth = json_depth(self.arguments)
@@ -144,6 +146,31 @@ class Message:
     )
 
     def __post_init__(self) -> None:
+        # One cheap test for the usual, well-typed message; the field-by-field check names what is wrong.
+        str_or_none = _STR_OR_NONE
+        if not (
+            type(self.content) is str
+            and self.role in ROLES
+            and type(self.tool_calls) is tuple
+            and type(self.images) is tuple
+            and type(self.system_parts) is tuple
+            and type(self.tool_call_id) in str_or_none
+            and type(self.name) in str_or_none
+            and type(self.error_code) in str_or_none
+            and type(self.is_error) is type(self.preserve_verbatim) is bool
+            and type(self.is_summary) is type(self.agent_feedback) is bool
+            and type(self.summary_of) is int
+            and self.summary_of >= 0
+            and (not self.tool_calls or all(type(call) is ToolCall for call in self.tool_calls))
+            and (not self.images or all(type(image) is Image for image in self.images))
+            and (not self.system_parts or all(type(part) is str for part in self.system_parts))
+        ):
+            self._check_fields()
+        if self.tool_calls and self.role != "assistant":
+            raise MessageError("only assistant messages carry tool_calls", field="tool_calls")
+
+    def _check_fields(self) -> None:
+        """Check every field (lists become tuples); raise MessageError naming the first bad one."""
         if not isinstance(self.role, str) or self.role not in ROLES:
             raise MessageError(
                 f"Message.role must be one of {sorted(ROLES)}, got {self.role!r:.80}", field="role"
@@ -167,8 +194,6 @@ class Message:
                         f"got {_type_name(item)}: {item!r:.80}",
                         field=f"{name}[{i}]",
                     )
-        if self.tool_calls and self.role != "assistant":
-            raise MessageError("only assistant messages carry tool_calls", field="tool_calls")
         for name in _OPTIONAL_TEXT_FIELDS:
             _require("Message", name, getattr(self, name), (str, type(None)), "str or None")
         for name in ("is_error", "preserve_verbatim", "is_summary", "agent_feedback"):
