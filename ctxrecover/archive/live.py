@@ -78,6 +78,7 @@ class _Tracked:
 class SessionArchive:
     """A session's view of its store: the Archive protocol, with the session's pins kept in step.
 
+    ``store`` is the wrapped store (for what only it offers, e.g. ``DiskArchive.stats``).
     ``owner`` names the session in the store (a fresh random id by default; a
     resumed session :meth:`adopt` s its saved one). ``on_error(exc, stage)`` is
     told about every :class:`~ctxrecover.errors.ArchiveError` on a write
