@@ -5,8 +5,14 @@ exceptions are what the library itself raises::
 
     CtxRecoverError
     ├── ConfigError                 bad policy value or argument (also ValueError)
+    ├── MessageError                a message built from bad values (also TypeError and ValueError)
+    │   ├── UnencodableTextError    text holding a lone surrogate (no provider accepts it)
+    │   └── NestingTooDeepError     tool-call arguments nested past MAX_ARGUMENT_DEPTH
     ├── ArchiveError                the CCR store cannot keep or return content
-    │   └── ArchiveCorruptError     the store file is unreadable or corrupt
+    │   ├── ArchiveCorruptError     the store file is unreadable, corrupt or not an archive
+    │   │   └── ArchiveIntegrityError   an entry's content does not match its key
+    │   ├── ArchiveFullError        storing would evict what a live history reaches (nothing was cut)
+    │   └── ArchiveWriteError       the file cannot be written now (read-only, disk full); reads work
     ├── SummarizerError             a summarizer failed or its answer was rejected
     ├── CompactionCancelled         a cancel token or deadline stopped compaction
     └── RecoveryError               a turn could not be completed (carries the failure)
@@ -27,15 +33,21 @@ if TYPE_CHECKING:
 __all__ = [
     "ArchiveCorruptError",
     "ArchiveError",
+    "ArchiveFullError",
+    "ArchiveIntegrityError",
+    "ArchiveWriteError",
     "CompactionCancelled",
     "ConfigError",
     "ContentBlockedError",
     "CtxRecoverError",
     "HeaderFaultError",
+    "MessageError",
+    "NestingTooDeepError",
     "PayloadFloorError",
     "RecoveryError",
     "RecoveryExhausted",
     "SummarizerError",
+    "UnencodableTextError",
     "UnrecoverableFailure",
 ]
 
@@ -48,14 +60,89 @@ class ConfigError(CtxRecoverError, ValueError):
     """A policy value or argument is invalid; the message says how to fix it."""
 
 
+class MessageError(CtxRecoverError, TypeError, ValueError):
+    """A message, tool call or image was given a bad value, or cannot enter a history.
+
+    ``field`` names it (``content``, ``tool_calls[0].arguments``, …); ``index`` is
+    the message's position in the history when known (``Session.add``), else
+    ``None``. Also a ``TypeError`` and a ``ValueError``, so older handlers still
+    catch it.
+    """
+
+    def __init__(self, message: str, *, field: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.index = index
+
+
+class UnencodableTextError(MessageError):
+    """Text holds a lone surrogate (``\\ud800``…) at char ``offset`` of ``field``.
+
+    Refused where a message enters a session: no wire format can carry it
+    (providers reject the JSON escape, e.g. Anthropic's ``no low surrogate in
+    string``), so every later request would fail.
+    """
+
+    def __init__(self, message: str, *, field: str, offset: int, index: int | None = None) -> None:
+        super().__init__(message, field=field, index=index)
+        self.offset = offset
+
+
+class NestingTooDeepError(MessageError):
+    """Tool-call arguments nest JSON deeper than ``limit`` levels (``depth`` found)."""
+
+    def __init__(self, message: str, *, field: str, depth: int, limit: int, index: int | None = None) -> None:
+        super().__init__(message, field=field, index=index)
+        self.depth = depth
+        self.limit = limit
+
+
 class ArchiveError(CtxRecoverError):
     """The CCR archive could not store or return content."""
 
 
 class ArchiveCorruptError(ArchiveError):
-    """The durable archive file is unreadable or corrupt.
+    """The durable archive file is unreadable, corrupt, empty or not a ctxrecover archive.
 
     ``path`` names the file; nothing already archived is deleted.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ArchiveIntegrityError(ArchiveCorruptError):
+    """The content stored under ``key`` in ``path`` no longer hashes to ``key`` (a damaged entry).
+
+    Raised instead of returning altered text as if it were the original.
+    """
+
+    def __init__(self, message: str, *, path: str, key: str) -> None:
+        super().__init__(message, path=path)
+        self.key = key
+
+
+class ArchiveFullError(ArchiveError):
+    """Content cannot be stored without evicting an entry a live history still reaches.
+
+    Raised by ``put`` *before* anything is cut, so the history stays as it was.
+    ``needed`` is the size of what was refused, ``max_bytes`` the cap, ``pinned_bytes``
+    what live histories hold (all in bytes).
+    """
+
+    def __init__(self, message: str, *, path: str, needed: int, max_bytes: int, pinned_bytes: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.needed = needed
+        self.max_bytes = max_bytes
+        self.pinned_bytes = pinned_bytes
+
+
+class ArchiveWriteError(ArchiveError):
+    """The archive file cannot be written now (read-only, disk full, I/O error); reads still work.
+
+    ``path`` names the file; nothing was stored and nothing was cut.
     """
 
     def __init__(self, message: str, *, path: str) -> None:

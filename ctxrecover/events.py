@@ -166,6 +166,7 @@ class SessionStats:
     summarizer_cost_usd: float = 0.0
     cache_rebuilds_expected: int = 0
     chars_archived: int = 0
+    archive_refusals: int = 0  # cuts abandoned because the archive refused to store them
     provider_input_tokens: int = 0
     provider_output_tokens: int = 0
 

@@ -21,6 +21,19 @@ Everything the session learns lives on the instance and persists with
 rejected sizes, the learned cap, refused bodies, notice flags), back-off, halved
 tool limits, a learned output cap, counters, the undo stack and the calibrated
 chars-per-token.
+
+The archive is wrapped in a :class:`~ctxrecover.archive.SessionArchive`: whenever
+the history (or the outgoing copy) changes, the keys it holds are pinned in a
+bounded store, so nothing the conversation still points to is evicted. When the
+store refuses a write (full of pinned entries, read-only, disk full), the turn
+raises that :class:`~ctxrecover.errors.ArchiveError` *before* the cut that
+needed it (cuts already archived earlier in the turn stay), so nothing is lost;
+the refusal is counted (``stats.archive_refusals``) and announced (notice
+``archive_refused``), and the session stays usable.
+Messages enter through :meth:`Session.add` / :meth:`Session.extend` /
+``history=``, which refuse text no provider accepts (a lone surrogate:
+:class:`~ctxrecover.errors.UnencodableTextError` naming the message index, field
+and char offset) and anything that is not a :class:`Message`.
 """
 
 from __future__ import annotations
@@ -35,17 +48,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ctxrecover import catalog
-from ctxrecover.archive import Archive, MemoryArchive
+from ctxrecover.archive import Archive, MemoryArchive, SessionArchive
 from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.compactor import CompactionReport, HistoryCompactor
 from ctxrecover.errors import (
+    ArchiveError,
     ContentBlockedError,
+    MessageError,
     PayloadFloorError,
     RecoveryExhausted,
     UnrecoverableFailure,
 )
 from ctxrecover.events import Event, EventBus, SessionStats
-from ctxrecover.messages import Message
+from ctxrecover.messages import Message, check_encodable
 from ctxrecover.passes.dedup_reads import dedup_repeated_reads
 from ctxrecover.passes.floor import age_skill_blocks
 from ctxrecover.passes.microcompact import apply_microcompact
@@ -122,6 +137,13 @@ OUTPUT_LIMIT_RETRIES = 3  # times one turn may lower max_tokens after "max_token
 LEARNED_WINDOW_NOTICE = (
     "ℹ Provider reported a context window of %d tokens — budget recomputed for this session"
 )
+# Decision beyond the reference: the archive never evicts what the history reaches, so it may refuse.
+ARCHIVE_REFUSED_NOTICE = (
+    "⚠ CCR archive refused to store what this turn would cut — that cut was not made, nothing is lost: %s"
+)
+ARCHIVE_PINS_NOTICE = "⚠ CCR archive could not record which entries this session still uses (will retry): %s"
+LIVE_HISTORY = "history"  # the SessionArchive lists a session keeps pinned
+LIVE_OUTGOING = "outgoing"
 
 
 def resolve_summarizer(
@@ -216,9 +238,11 @@ class Session:
             raise ValueError(f"mode must be 'agent' or 'chat', got {mode!r}")
         self.sender = sender
         self.policy = policy or DEFAULT_POLICY
-        self.archive: Archive = archive if archive is not None else MemoryArchive()
         self.events = EventBus(on_event)
         self.stats = stats or SessionStats()
+        self.archive = SessionArchive(
+            archive if archive is not None else MemoryArchive(), on_error=self._archive_failed
+        )
         self.mode: Mode = mode
         self.wire_format = WireFormat(getattr(sender, "wire_format", WireFormat.OPENAI_CHAT))
         self.model = model or str(getattr(sender, "model", "") or "")
@@ -255,7 +279,7 @@ class Session:
         )
         self._transient_retries = transient_retries
         self._sleep = sleep
-        self._history: list[Message] = list(history)
+        self._history = self._admitted(history, start=0)
         self._env_reported = False
 
     # -- state ----------------------------------------------------------------
@@ -270,6 +294,16 @@ class Session:
         return self._gateway
 
     @property
+    def _history(self) -> list[Message]:
+        return self._live_history
+
+    @_history.setter
+    def _history(self, messages: list[Message]) -> None:
+        # Every change of the history reaches the archive's pins (O(changed); see SessionArchive).
+        self._live_history = messages
+        self.archive.track(LIVE_HISTORY, messages)
+
+    @property
     def learned_cap(self) -> int | None:
         """The payload cap learned from the gateway's answers, if any."""
         return self._gateway.learned_cap
@@ -280,11 +314,33 @@ class Session:
         return self._gateway.effective_cap
 
     def add(self, message: Message) -> None:
-        """Append one message (a user turn, a tool result, …)."""
-        self._history.append(message)
+        """Append one message (a user turn, a tool result, …).
+
+        Raises :class:`~ctxrecover.errors.MessageError` for anything but a
+        :class:`Message`, and its :class:`~ctxrecover.errors.UnencodableTextError`
+        for text holding a lone surrogate (naming the index the message would
+        take, the field and the char offset); the history is then unchanged.
+        """
+        self.extend((message,))
 
     def extend(self, messages: Iterable[Message]) -> None:
-        self._history.extend(messages)
+        """Append several messages; all are checked first (like :meth:`add`), so none or all enter."""
+        self._history.extend(self._admitted(messages, start=len(self._history)))
+        self.archive.track(LIVE_HISTORY, self._history)
+
+    @staticmethod
+    def _admitted(messages: Iterable[Message], *, start: int) -> list[Message]:
+        admitted = list(messages)
+        for index, message in enumerate(admitted, start):
+            if not isinstance(message, Message):
+                raise MessageError(
+                    f"message {index}: Session.add needs a Message (e.g. Message.user(text)), "
+                    f"got {type(message).__name__}",
+                    field="message",
+                    index=index,
+                )
+            check_encodable(message, index=index)
+        return admitted
 
     def set_aside(self, index: int) -> str:
         """Archive message ``index`` of the history whole and leave a stub with its recall marker.
@@ -638,6 +694,7 @@ class Session:
 
     def _prologue(self, max_tokens: int | None, cancel: CancelToken | None) -> ChatRequest:
         """SPEC §3 order: microcompact, dedup, pre-flight, compaction, then the outgoing copy."""
+        self.archive.track(LIVE_HISTORY, self._history)  # messages appended in place since
         policy, history = self.policy, self._history
         history, micro = apply_microcompact(
             history,
@@ -738,6 +795,8 @@ class Session:
             preview_tail=min(policy.tool_result_preview_tail, self.tool_result_max_chars // 8),
             turn_floor=policy.tool_result_turn_floor,
         )
+        if history is None:  # the model sees the previews' markers: keep them recallable too
+            self.archive.track(LIVE_OUTGOING, outgoing)
         headers: dict[str, str] = {}
         extra: dict[str, Any] = {}
         if self.context_editing:
@@ -829,6 +888,14 @@ class Session:
             blended = (1 - CALIBRATION_WEIGHT) * self.chars_per_token + CALIBRATION_WEIGHT * observed
             self.chars_per_token = min(high, max(low, blended))
 
+    def _archive_failed(self, exc: ArchiveError, stage: str) -> None:
+        """The archive refused a write (the cut was abandoned) or a pin change: count it and say so."""
+        if stage == "put":
+            self.stats.archive_refusals += 1
+            self.events.notice("archive_refused", ARCHIVE_REFUSED_NOTICE % exc)
+        else:
+            self.events.notice("archive_pins", ARCHIVE_PINS_NOTICE % exc)
+
     def _report_env_problems(self) -> None:
         if self._env_reported:
             return
@@ -881,10 +948,18 @@ class Session:
             "context_window": self.context_window,
             "tool_result_budget_chars": self.tool_result_budget_chars,
             "tool_result_max_chars": self.tool_result_max_chars,
+            "archive_owner": self.archive.owner,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Load what :meth:`state` saved (into a session built with the same sender and policy)."""
+        """Load what :meth:`state` saved (into a session built with the same sender and policy).
+
+        The session takes over the archive pins its saved self held (``archive_owner``),
+        so what the restored history reaches is still there however long ago it was saved.
+        """
+        owner = state.get("archive_owner")
+        if isinstance(owner, str) and owner:
+            self.archive.adopt(owner)
         self._history = [Message.from_dict(d) for d in state.get("history", [])]
         self.stats = SessionStats.from_dict(state.get("stats", {}))
         self.compactor.stats = self.stats

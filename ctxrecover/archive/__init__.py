@@ -1,7 +1,8 @@
 """The CCR archive: stores that keep what compaction cuts, composite ranges, recall and the recall tool."""
 
-from ctxrecover.archive.disk import DiskArchive
+from ctxrecover.archive.disk import ArchiveStats, DiskArchive
 from ctxrecover.archive.keys import KEY_LENGTH, MARKER_RE, archive_key, extract_keys, has_marker, marker
+from ctxrecover.archive.live import SessionArchive, message_keys
 from ctxrecover.archive.lookup import RECALL_JSON_FIELDS, RecallResult, parse_recall_keys, recall
 from ctxrecover.archive.ranges import (
     RANGE_HEADER,
@@ -13,19 +14,23 @@ from ctxrecover.archive.ranges import (
     render_transcript,
 )
 from ctxrecover.archive.recall_tool import RECALL_TOOL_NAME, RecallTool, ToolDefinition
-from ctxrecover.archive.store import Archive, MemoryArchive, put_entries
+from ctxrecover.archive.store import DEFAULT_NAMESPACE, Archive, MemoryArchive, PinningArchive, put_entries
 
 __all__ = [
+    "DEFAULT_NAMESPACE",
     "Archive",
+    "ArchiveStats",
     "DiskArchive",
     "KEY_LENGTH",
     "MARKER_RE",
     "MemoryArchive",
+    "PinningArchive",
     "RANGE_HEADER",
     "RECALL_JSON_FIELDS",
     "RECALL_TOOL_NAME",
     "RecallResult",
     "RecallTool",
+    "SessionArchive",
     "ToolDefinition",
     "UNKNOWN_KEY_TEXT",
     "archive_key",
@@ -35,6 +40,7 @@ __all__ = [
     "extract_keys",
     "has_marker",
     "marker",
+    "message_keys",
     "parse_recall_keys",
     "put_entries",
     "read_original",

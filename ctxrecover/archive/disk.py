@@ -1,11 +1,24 @@
-"""A durable CCR archive in one SQLite file (SPEC §4).
+"""A durable CCR archive in one SQLite file (SPEC §4), safe to share and to cap.
 
-``put`` returns only after its transaction committed with ``synchronous=FULL``
-in WAL mode, so content is on disk **before** the caller cuts the history. The
-store is bounded: a total size cap (default 256 MiB), a per-entry cap of a
-quarter of it (an entry over the cap raises — content is never dropped
-silently), LRU eviction by last access, and a TTL (default 168 h) since last
-access. One file may be shared by several threads and processes.
+Guarantees:
+
+- **Durable before a cut**: ``put`` returns only after its transaction committed
+  (WAL, ``synchronous=FULL``).
+- **Nothing a live history reaches is evicted.** A session tells the store which
+  keys its history holds (:meth:`DiskArchive.pin`, done for you by
+  :class:`~ctxrecover.archive.SessionArchive`); entries reached from them through
+  other entries (a range's members, the transcript a summary points to) are held
+  too. The size cap, LRU and TTL take only unheld entries. A put that cannot fit
+  otherwise raises :class:`~ctxrecover.errors.ArchiveFullError` and stores
+  nothing, before anything is cut.
+- **Namespaces**: each handle reads and writes one namespace of the file
+  (``namespace=``, :meth:`DiskArchive.view`). Entries are stored per namespace —
+  never deduplicated across them — so one namespace can neither read another's
+  content by key nor learn whether a guessed text is stored there;
+  :meth:`DiskArchive.share` copies entries across explicitly.
+- **Verified reads**: ``get`` re-hashes what it read; altered content raises
+  :class:`~ctxrecover.errors.ArchiveIntegrityError` naming key and file.
+- **Reads never write**: they work on a read-only file and on a full disk.
 
 >>> import tempfile, pathlib
 >>> with DiskArchive(pathlib.Path(tempfile.mkdtemp()) / "ccr.sqlite") as store:
@@ -17,83 +30,64 @@ access. One file may be shared by several threads and processes.
 from __future__ import annotations
 
 import os
-import sqlite3
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
 
-from ctxrecover.archive.keys import MARKER_RE, archive_key, has_marker
-from ctxrecover.errors import ArchiveCorruptError, ArchiveError, ConfigError
+from ctxrecover.archive import entries
+from ctxrecover.archive.entries import TEXT_ENCODING
+from ctxrecover.archive.keys import MARKER_RE, archive_key, extract_keys, has_marker
+from ctxrecover.archive.sqlite_file import ArchiveFile, Transaction
+from ctxrecover.archive.store import DEFAULT_NAMESPACE, check_namespace
+from ctxrecover.errors import ArchiveError, ArchiveFullError, ArchiveIntegrityError, ConfigError
 from ctxrecover.sizes import MIB, format_payload_size
 
 __all__ = ["ArchiveStats", "DiskArchive"]
-
-_T = TypeVar("_T")
 
 DEFAULT_MAX_BYTES = 256 * MIB
 ENTRY_CAP_DIVISOR = 4  # per-entry cap = max_bytes // 4
 DEFAULT_TTL_SECONDS = 168 * 3600.0
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 MIN_MAX_BYTES = ENTRY_CAP_DIVISOR
-
-SQLITE_HEADER = b"SQLite format 3\x00"
-APPLICATION_ID = 0x43435231  # "CCR1": marks a file as a ctxrecover archive
-SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS entries ("
-    " key TEXT PRIMARY KEY,"
-    " size INTEGER NOT NULL,"
-    " created REAL NOT NULL,"
-    " accessed REAL NOT NULL,"
-    " access_seq INTEGER NOT NULL,"
-    " content BLOB NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS entries_lru ON entries (access_seq, size)",
-    "CREATE INDEX IF NOT EXISTS entries_ttl ON entries (accessed)",
+FULL_ADVICE = (
+    "open the archive with a larger max_bytes, or release sessions you will not resume (DiskArchive.release)"
 )
-# sqlite error names that mean "this file cannot be used", not "try again later".
-UNUSABLE_FILE_ERRORS = (
-    "SQLITE_NOTADB",
-    "SQLITE_CORRUPT",
-    "SQLITE_CANTOPEN",
-    "SQLITE_READONLY",
-    "SQLITE_PERM",
-    "SQLITE_IOERR",
-    "SQLITE_AUTH",
-)
-CORRUPT_ADVICE = (
-    "move the file aside (nothing was deleted) to start a fresh archive, "
-    "or fix its permissions if it should be readable"
-)
-TEXT_ENCODING = ("utf-8", "surrogatepass")  # round-trips any str, as archive_key hashes it
 
 
 @dataclass(frozen=True, slots=True)
 class ArchiveStats:
-    """Entries held and the bytes of their UTF-8 content."""
+    """Entries of one namespace and the bytes of their UTF-8 content; ``pinned_*`` are those held
+    by a live history (directly or through another entry), which eviction never takes."""
 
     entries: int
     bytes: int
+    pinned_entries: int = 0
+    pinned_bytes: int = 0
 
 
 class DiskArchive:
-    """The :class:`~ctxrecover.archive.Archive` protocol on an SQLite file.
+    """The :class:`~ctxrecover.archive.Archive` protocol on an SQLite file, in one namespace.
 
     ``clock`` (default :func:`time.time`) drives TTL and is injectable for tests;
-    ``ttl_seconds=None`` disables expiry. A corrupt or unreadable file raises
-    :class:`ArchiveCorruptError` naming it and is left untouched.
+    ``ttl_seconds=None`` disables expiry. ``read_only=True`` (automatic when the
+    file cannot be written) opens it for recall only: writes raise
+    :class:`~ctxrecover.errors.ArchiveWriteError`. A missing file becomes a new
+    archive; an empty, corrupt, foreign or unreadable one raises
+    :class:`~ctxrecover.errors.ArchiveCorruptError` naming it and is left untouched.
     """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
+        namespace: str = DEFAULT_NAMESPACE,
         max_bytes: int = DEFAULT_MAX_BYTES,
         ttl_seconds: float | None = DEFAULT_TTL_SECONDS,
         clock: Callable[[], float] = time.time,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        read_only: bool = False,
     ) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < MIN_MAX_BYTES:
             raise ConfigError(
@@ -105,83 +99,174 @@ class DiskArchive:
             )
         if not busy_timeout_s >= 0:
             raise ConfigError(f"DiskArchive busy_timeout_s must be >= 0 (got {busy_timeout_s!r})")
-        self.path = Path(path)
+        check_namespace(namespace)
+        file = ArchiveFile(
+            Path(path),
+            ttl_seconds=ttl_seconds,
+            clock=clock,
+            busy_timeout_s=busy_timeout_s,
+            read_only=read_only,
+        )
+        self._attach(file, namespace, max_bytes)
+
+    def _attach(self, file: ArchiveFile, namespace: str, max_bytes: int) -> None:
+        self._file = file
+        self._open = True
+        self.path = file.path
+        self.namespace = namespace
         self.max_bytes = max_bytes
         self.max_entry_bytes = max_bytes // ENTRY_CAP_DIVISOR
-        self.ttl_seconds = ttl_seconds
-        self._clock = clock
-        self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = self._open(busy_timeout_s)
-        try:
-            self._write(self._evict_expired)
-        except BaseException:
-            self.close()
-            raise
+        self.ttl_seconds = file.ttl_seconds
+
+    @property
+    def read_only(self) -> bool:
+        """True when the file was opened for recall only."""
+        return self._file.read_only
 
     # -- the Archive protocol -------------------------------------------------
 
-    def put(self, content: str) -> str:
+    def put(self, content: str, *, owner: str | None = None) -> str:
         """Store ``content`` durably and return its key (idempotent; refreshes LRU and TTL).
 
-        Raises :class:`ArchiveError` when the entry is over the per-entry cap.
+        With ``owner``, the entry is held for that owner until its next
+        :meth:`pin` (a cut in progress cannot lose what it just stored). Raises
+        :class:`ArchiveFullError` when it cannot fit without evicting a held
+        entry (or is over the per-entry cap), :class:`ArchiveWriteError` when the
+        file cannot be written; nothing is stored then.
         """
         if not isinstance(content, str):
             raise TypeError(f"DiskArchive.put needs a str, got {type(content).__name__}")
-        data = content.encode(*TEXT_ENCODING)
-        if len(data) > self.max_entry_bytes:
-            raise ArchiveError(
-                f"cannot archive an entry of {format_payload_size(len(data))} ({len(data)} bytes) in "
-                f"{self.path}: the per-entry cap is {format_payload_size(self.max_entry_bytes)} "
-                f"({self.max_entry_bytes} bytes, max_bytes // {ENTRY_CAP_DIVISOR}) — open the archive "
-                f"with a larger max_bytes"
-            )
         key = archive_key(content)
-
-        def store(conn: sqlite3.Connection, now: float) -> None:
-            self._evict_expired(conn, now)
-            conn.execute(
-                "INSERT INTO entries (key, size, created, accessed, access_seq, content)"
-                " VALUES (?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (key) DO UPDATE SET accessed = excluded.accessed,"
-                " access_seq = excluded.access_seq",
-                (key, len(data), now, now, _next_seq(conn), data),
-            )
-            self._evict_lru(conn, keep=key)
-
-        self._write(store)
+        self._store([(key, content)], owner)
         return key
 
-    def archive(self, content: str) -> str | None:
+    def put_keyed(self, entries: Sequence[tuple[str, str]], *, owner: str | None = None) -> None:
+        """Store ``(key, content)`` pairs whose keys are :func:`archive_key` of their content, in one
+        durable transaction (all or nothing). ``get`` verifies every key when it reads."""
+        self._store(list(dict(entries).items()), owner)
+
+    def archive(self, content: str, *, owner: str | None = None) -> str | None:
         """Like :meth:`put`, but refuses (``None``) content that already carries a marker."""
         if has_marker(content):
             return None
-        return self.put(content)
+        return self.put(content, owner=owner)
 
     def get(self, key: str) -> str | None:
-        """The original content, or ``None`` when unknown, evicted or expired (refreshes LRU)."""
+        """The original content, or ``None`` when unknown, evicted or expired.
+
+        Never writes (the LRU/TTL touch is written by the next write). Raises
+        :class:`ArchiveIntegrityError` when the stored bytes do not hash to ``key``.
+        """
         if not _is_key(key):
             return None
-
-        def fetch(conn: sqlite3.Connection, now: float) -> bytes | None:
-            row = conn.execute("SELECT content, accessed FROM entries WHERE key = ?", (key,)).fetchone()
-            if row is None:
-                return None
-            if self._expired(row[1], now):
-                conn.execute("DELETE FROM entries WHERE key = ?", (key,))
-                return None
-            conn.execute(
-                "UPDATE entries SET accessed = ?, access_seq = ? WHERE key = ?", (now, _next_seq(conn), key)
-            )
-            return bytes(row[0])
-
-        data = self._write(fetch)
-        return None if data is None else data.decode(*TEXT_ENCODING)
+        row = self._use().read(
+            lambda conn: conn.execute(
+                "SELECT content, accessed, holds FROM entries WHERE ns = ? AND key = ?", (self.namespace, key)
+            ).fetchone()
+        )
+        if row is None or self._expired(key, row[1], row[2]):
+            return None
+        text = self._verified(key, bytes(row[0]))
+        self._file.touch(self.namespace, key)
+        return text
 
     def __contains__(self, key: object) -> bool:
         if not _is_key(key):
             return False
-        row = self._read("SELECT accessed FROM entries WHERE key = ?", (key,))
-        return row is not None and not self._expired(row[0], self._clock())
+        row = self._use().read(
+            lambda conn: conn.execute(
+                "SELECT accessed, holds FROM entries WHERE ns = ? AND key = ?", (self.namespace, key)
+            ).fetchone()
+        )
+        return row is not None and not self._expired(str(key), row[0], row[1])
+
+    # -- namespaces ---------------------------------------------------------------
+
+    def view(self, namespace: str) -> DiskArchive:
+        """A handle on the same file (and connection) in another namespace; close each handle."""
+        check_namespace(namespace)
+        with self._file.lock:
+            self._use().connection()
+            self._file.users += 1
+        other = object.__new__(DiskArchive)
+        other._attach(self._file, namespace, self.max_bytes)
+        return other
+
+    def share(self, keys: Iterable[str], namespace: str) -> tuple[str, ...]:
+        """Copy the entries under ``keys`` — and every entry they reach — into ``namespace``.
+
+        Returns the keys newly stored there. The copies belong to ``namespace``
+        (held once its own history reaches them). Raises :class:`ArchiveError`
+        when a key is not stored in this namespace.
+        """
+        check_namespace(namespace)
+        roots = list(dict.fromkeys(keys))
+        if not all(_is_key(key) for key in roots):
+            raise ArchiveError(f"DiskArchive.share needs 16-hex keys, got {roots!r:.200}")
+
+        def copy(t: Transaction) -> tuple[str, ...]:
+            copied: list[str] = []
+            needed = 0
+            frontier, seen = list(reversed(roots)), set()
+            while frontier:
+                key = frontier.pop()
+                if key in seen:
+                    continue
+                seen.add(key)
+                row = t.conn.execute(
+                    "SELECT content FROM entries WHERE ns = ? AND key = ?", (self.namespace, key)
+                ).fetchone()
+                if row is None:
+                    if key in roots:
+                        raise ArchiveError(
+                            f"cannot share ccr:{key} from {self.path}: nothing is stored under it in "
+                            f"namespace {self.namespace!r}"
+                        )
+                    continue
+                kids = [
+                    child
+                    for (child,) in t.conn.execute(
+                        "SELECT child FROM links WHERE ns = ? AND parent = ?", (self.namespace, key)
+                    )
+                ]
+                data = bytes(row[0])
+                if entries.insert(t, namespace, key, data, kids):
+                    copied.append(key)
+                    needed += len(data)
+                frontier.extend(kids)
+            self._evict_or_refuse(t, needed)
+            return tuple(copied)
+
+        return self._use().write(copy)
+
+    # -- what live histories hold ---------------------------------------------------------
+
+    def pin(
+        self, owner: str, added: Iterable[str] = (), removed: Iterable[str] = (), *, reset: bool = False
+    ) -> None:
+        """Change ``owner``'s live set (the keys its history holds) by ``added`` / ``removed``.
+
+        ``reset=True`` makes ``added`` the whole live set (at a start or a resume).
+        Either way ``owner``'s fresh holds end (see :meth:`put`). One transaction,
+        O(keys changed); committed atomically but without a full sync: a lost pin
+        change is safe, fresh holds are durable with their put. A read-only
+        handle keeps no pins (it can evict nothing).
+        """
+        if self.read_only:
+            return
+        added, removed = list(added), list(removed)
+
+        def apply(t: Transaction) -> None:
+            if reset:
+                entries.reset_owner(t, self.namespace, owner, added)
+            else:
+                entries.pin_live(t, self.namespace, owner, added, removed)
+
+        self._use().write(apply, durable=False)
+
+    def release(self, owner: str) -> None:
+        """Drop every pin of ``owner`` (a session that will not be resumed): its entries become evictable."""
+        self._use().write(lambda t: entries.reset_owner(t, self.namespace, owner, ()), durable=False)
 
     # -- the rest ---------------------------------------------------------------
 
@@ -189,17 +274,34 @@ class DiskArchive:
         return self.stats().entries
 
     def stats(self) -> ArchiveStats:
-        """Entries held and their total content bytes."""
-        row = self._read("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM entries", ())
-        assert row is not None
-        return ArchiveStats(entries=row[0], bytes=row[1])
+        """Entries of this namespace, their content bytes, and how many of them are pinned."""
+        row = self._use().read(
+            lambda conn: conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(holds > 0), 0),"
+                " COALESCE(SUM(CASE WHEN holds > 0 THEN size ELSE 0 END), 0) FROM entries WHERE ns = ?",
+                (self.namespace,),
+            ).fetchone()
+        )
+        return ArchiveStats(entries=row[0], bytes=row[1], pinned_entries=row[2], pinned_bytes=row[3])
+
+    @property
+    def total_bytes(self) -> int:
+        """Content bytes in the whole file (every namespace): what ``max_bytes`` bounds."""
+        row = self._use().read(
+            lambda conn: conn.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()
+        )
+        return int(row[0])
+
+    def verify(self) -> list[str]:
+        """Every problem in the file (SQLite's integrity check, bookkeeping, entries not matching
+        their key); empty when sound. Reads the whole file."""
+        return self._use().read(entries.verify)
 
     def close(self) -> None:
-        """Close the file; further use raises :class:`ArchiveError`. Idempotent."""
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        """Close this handle; further use raises :class:`ArchiveError`. Idempotent."""
+        if self._open:
+            self._open = False
+            self._file.release()
 
     def __enter__(self) -> DiskArchive:
         return self
@@ -213,123 +315,82 @@ class DiskArchive:
         self.close()
 
     def __repr__(self) -> str:
-        return f"DiskArchive({str(self.path)!r}, max_bytes={self.max_bytes})"
+        return f"DiskArchive({str(self.path)!r}, namespace={self.namespace!r}, max_bytes={self.max_bytes})"
 
     # -- internals ----------------------------------------------------------------
 
-    def _corrupt(self, reason: str, cause: BaseException | None = None) -> ArchiveCorruptError:
-        error = ArchiveCorruptError(
-            f"CCR archive {self.path} cannot be used: {reason} — {CORRUPT_ADVICE}", path=str(self.path)
-        )
-        error.__cause__ = cause
-        return error
-
-    def _translate(self, exc: sqlite3.Error) -> ArchiveError:
-        name = getattr(exc, "sqlite_errorname", None)
-        unusable = name.startswith(UNUSABLE_FILE_ERRORS) if name else type(exc) is sqlite3.DatabaseError
-        if unusable:
-            return self._corrupt(str(exc), exc)
-        return ArchiveError(f"CCR archive {self.path}: {exc}")
-
-    def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
-        if self.path.is_dir():
-            raise self._corrupt("it is a directory, not a file")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "ab+") as probe:  # creates it if missing; never truncates
-                probe.seek(0)
-                header = probe.read(len(SQLITE_HEADER))
-        except OSError as exc:
-            raise self._corrupt(f"it cannot be opened for reading and writing ({exc})", exc) from exc
-        if header and header != SQLITE_HEADER:
-            raise self._corrupt("it is not an SQLite database")
-        try:
-            conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from exc
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            if tables and app_id != APPLICATION_ID:
-                raise self._corrupt("it is an SQLite database of another application")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            if not tables:  # a new file: an existing archive is never rewritten on open
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for statement in SCHEMA:
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-        except ArchiveError:
-            conn.close()
-            raise
-        except sqlite3.Error as exc:
-            conn.close()
-            raise self._translate(exc) from exc
-        return conn
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
+    def _use(self) -> ArchiveFile:
+        """The file, unless this handle was closed."""
+        if not self._open:
             raise ArchiveError(f"CCR archive {self.path} is closed")
-        return self._conn
+        return self._file
 
-    def _write(self, action: Callable[[sqlite3.Connection, float], _T]) -> _T:
-        """Run ``action`` in one IMMEDIATE transaction; returns after COMMIT (durable)."""
-        with self._lock:
-            conn = self._connection()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    result = action(conn, self._clock())
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise self._translate(exc) from exc
-            return result
+    def _store(self, items: list[tuple[str, str]], owner: str | None) -> None:
+        self._use()
+        encoded = [(key, content, content.encode(*TEXT_ENCODING)) for key, content in items]
+        for _, _, data in encoded:
+            if len(data) > self.max_entry_bytes:
+                raise self._full(
+                    len(data),
+                    f"the per-entry cap is {format_payload_size(self.max_entry_bytes)} "
+                    f"({self.max_entry_bytes} "
+                    f"bytes, max_bytes // {ENTRY_CAP_DIVISOR}) — open the archive with a larger max_bytes",
+                    pinned=0,
+                )
 
-    def _read(self, sql: str, params: tuple[object, ...]) -> tuple[object, ...] | None:
-        with self._lock:
-            conn = self._connection()
-            try:
-                return conn.execute(sql, params).fetchone()
-            except sqlite3.Error as exc:
-                raise self._translate(exc) from exc
+        def store(t: Transaction) -> None:
+            needed = 0
+            for key, content, data in encoded:
+                if entries.insert(t, self.namespace, key, data, extract_keys(content)):
+                    needed += len(data)
+            if owner is not None:
+                entries.pin_fresh(t, self.namespace, owner, (key for key, _, _ in encoded))
+            self._evict_or_refuse(t, needed)
 
-    def _expired(self, accessed: float, now: float) -> bool:
-        return self.ttl_seconds is not None and float(accessed) < now - self.ttl_seconds
+        self._use().write(store)
 
-    def _evict_expired(self, conn: sqlite3.Connection, now: float) -> None:
-        if self.ttl_seconds is not None:
-            conn.execute("DELETE FROM entries WHERE accessed < ?", (now - self.ttl_seconds,))
+    def _evict_or_refuse(self, t: Transaction, needed: int) -> None:
+        if not entries.evict(t, self.max_bytes):
+            held = t.bytes - needed - entries.evictable_bytes(t)
+            raise self._full(
+                needed,
+                f"it would not fit under max_bytes ({format_payload_size(self.max_bytes)}) without evicting "
+                f"entries a live history still reaches ({format_payload_size(held)} held) — "
+                f"nothing was stored "
+                f"and nothing was cut; {FULL_ADVICE}",
+                pinned=held,
+            )
 
-    def _evict_lru(self, conn: sqlite3.Connection, *, keep: str) -> None:
-        total = conn.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()[0]
-        if total <= self.max_bytes:
-            return
-        victims: list[tuple[str]] = []
-        cursor = conn.execute("SELECT key, size FROM entries WHERE key != ? ORDER BY access_seq", (keep,))
-        for key, size in cursor:
-            if total <= self.max_bytes:
-                break
-            victims.append((key,))
-            total -= size
-        cursor.close()
-        conn.executemany("DELETE FROM entries WHERE key = ?", victims)
+    def _full(self, needed: int, reason: str, *, pinned: int) -> ArchiveFullError:
+        return ArchiveFullError(
+            f"cannot archive an entry of {format_payload_size(needed)} ({needed} bytes) "
+            f"in {self.path}: {reason}",
+            path=str(self.path),
+            needed=needed,
+            max_bytes=self.max_bytes,
+            pinned_bytes=pinned,
+        )
 
+    def _expired(self, key: str, accessed: float, holds: int) -> bool:
+        if holds:
+            return False  # a live history reaches it: never expires
+        touched = self._file.last_touch(self.namespace, key)
+        return self._file.expired(max(float(accessed), touched or 0.0))
 
-def _next_seq(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT COALESCE(MAX(access_seq), 0) + 1 FROM entries").fetchone()[0]
+    def _verified(self, key: str, data: bytes) -> str:
+        try:
+            text = data.decode(*TEXT_ENCODING)
+        except UnicodeDecodeError:
+            text = None
+        if text is None or archive_key(text) != key:
+            raise ArchiveIntegrityError(
+                f"CCR archive {self.path}: the entry ccr:{key} (namespace {self.namespace!r}) is damaged — "
+                f"its content no longer matches its key, so it is not returned; restore the file from a "
+                f"backup or recall what else it holds (DiskArchive.verify lists every damaged entry)",
+                path=str(self.path),
+                key=key,
+            )
+        return text
 
 
 def _is_key(key: object) -> bool:

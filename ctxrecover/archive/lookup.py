@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ctxrecover.archive.ranges import UNKNOWN_KEY_TEXT, expand_entry
 from ctxrecover.archive.store import Archive
+from ctxrecover.messages import MAX_ARGUMENT_DEPTH, json_depth
 
 __all__ = ["RECALL_JSON_FIELDS", "RecallResult", "parse_recall_keys", "recall"]
 
@@ -36,15 +37,16 @@ class RecallResult:
 
 
 def _keys_from_json(value: object) -> Iterable[str]:
-    if isinstance(value, str):
-        yield from (m.group(1) for m in _LOOSE_KEY_RE.finditer(value.lower()))
-    elif isinstance(value, list):
-        for item in value:
-            yield from _keys_from_json(item)
-    elif isinstance(value, dict):
-        for name in RECALL_JSON_FIELDS:
-            if name in value:
-                yield from _keys_from_json(value[name])
+    """Keys in the recall fields of parsed JSON, depth first, without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield from (m.group(1) for m in _LOOSE_KEY_RE.finditer(item.lower()))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed([item[name] for name in RECALL_JSON_FIELDS if name in item]))
 
 
 def parse_recall_keys(query: str) -> list[str]:
@@ -58,10 +60,10 @@ def parse_recall_keys(query: str) -> list[str]:
         return []
     stripped = query.strip()
     keys: list[str] = []
-    if stripped[:1] in ("{", "["):
+    if stripped[:1] in ("{", "[") and json_depth(stripped) <= MAX_ARGUMENT_DEPTH:
         try:
             keys = list(_keys_from_json(json.loads(stripped)))
-        except (ValueError, RecursionError):
+        except ValueError:
             keys = []
     if not keys:  # plain text, broken JSON, or JSON whose fields we do not know: scan the text
         keys = [m.group(1) for m in _LOOSE_KEY_RE.finditer(stripped.lower())]

@@ -1,9 +1,10 @@
 """Composite entries: a dropped range of messages archived as one small index (SPEC §4, §6 step 5).
 
-Each member (a message's content, each tool call's arguments) is stored on its
-own; the index names them with ``[role]: <<ccr:KEY>>`` lines, and recall
-expands it back into the full transcript (:func:`render_transcript`). A
-message's keys are hashed once and memoized on the immutable message.
+Each member (a message's content, each tool call's arguments, each inline
+image's base64 data) is stored on its own; the index names them with
+``[role]: <<ccr:KEY>>`` lines, and recall expands it back into the full
+transcript (:func:`render_transcript`). A message's keys are hashed once and
+memoized on the immutable message.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from ctxrecover.archive.keys import MARKER_RE, archive_key
+from ctxrecover.archive.keys import archive_key, marker
 from ctxrecover.archive.store import Archive, put_entries
 
 if TYPE_CHECKING:
-    from ctxrecover.messages import Message
+    from ctxrecover.messages import Image, Message
 
 __all__ = [
     "RANGE_HEADER",
@@ -33,32 +34,46 @@ __all__ = [
 UNKNOWN_KEY_TEXT = "[ccr:{key} — unknown or evicted: nothing is archived under this key]"
 RANGE_HEADER = "[ccr range of %d messages]\n"
 # A range index: the header, then per message ``[role]: <<ccr:KEY>>`` (its content),
-# ``\n[tool_call ID NAME: <<ccr:KEY>>]`` (its arguments), ``\n[image: LABEL]``, ``\n\n``:
+# ``\n[tool_result ID]`` (a tool result's call id), ``\n[tool_call ID NAME: <<ccr:KEY>>]`` (its
+# arguments), ``\n[image: LABEL]`` (``LABEL <<ccr:KEY>>`` for inline data), ``\n\n``:
 # render_transcript's layout with every text replaced by its marker.
 _RANGE_PREFIX = RANGE_HEADER.split("%", 1)[0]
 _RANGE_RE = re.compile(
     r"\[ccr range of (\d+) messages\]\n"
     r"((?:\[(?:system|user|assistant|tool)\]: <<ccr:[0-9a-f]{16}>>"
+    r"(?:\n\[tool_result [^\n]*\])?"
     r"(?:\n\[tool_call [^\n]*: <<ccr:[0-9a-f]{16}>>\])*"
     r"(?:\n\[image: [^\n]*\])*\n\n)*)"
 )
+# In an index, a marker is expanded to its member, except an image's (recalled on its own: base64).
+_MEMBER_OR_IMAGE_RE = re.compile(r"\n\[image: [^\n]*\]|<<ccr:([0-9a-f]{16})>>")
 _RANGE_ENTRY_CACHE = "archive:range"  # msg._cache entry: (its index block | None, its members)
+
+
+def _image_label(image: Image) -> str:
+    """How an image appears in a transcript: its URL, or its type and the marker of its base64 data."""
+    if image.data is None:
+        return image.url or image.media_type
+    return f"{image.media_type} {marker(archive_key(image.data))}"
 
 
 def render_transcript(messages: Sequence[Message]) -> str:
     """Render messages for verbatim archival: ``[role]: content`` lines, tool calls listed.
 
     Every char of each message's content and tool-call arguments appears in the
-    result, so a rendered range is a lossless record of the dropped text (it is
-    what :func:`recall` gives back for an :func:`archive_range` entry). Images are
-    listed by type (their pixels are not text).
+    result, with each tool result's call id; an inline image appears as its type
+    and the marker of its base64 data (stored as a member by :func:`archive_range`),
+    so a rendered range is a lossless record of the dropped messages (it is what
+    :func:`recall` gives back for an :func:`archive_range` entry).
     """
     parts: list[str] = []
     for msg in messages:
         # pieces, not per-message f-strings: each content is copied once, by the final join
         parts += ("[", msg.role, "]: ", msg.content)
+        if msg.role == "tool" and msg.tool_call_id is not None:
+            parts.append(f"\n[tool_result {msg.tool_call_id}]")
         parts += (f"\n[tool_call {call.id} {call.name}: {call.arguments}]" for call in msg.tool_calls)
-        parts += (f"\n[image: {image.url or image.media_type}]" for image in msg.images)
+        parts += (f"\n[image: {_image_label(image)}]" for image in msg.images)
         parts.append("\n\n")
     return "".join(parts)
 
@@ -66,8 +81,8 @@ def render_transcript(messages: Sequence[Message]) -> str:
 def _range_entry(msg: Message) -> tuple[str | None, tuple[tuple[str, str], ...]]:
     """``msg``'s block of a range index and its members ``(key, text)``, hashed once per message.
 
-    The block is ``None`` when a tool-call id, name or image label holds a line
-    break or a marker (the index could not be read back unambiguously).
+    The block is ``None`` when a tool-call id, name, result id or image label holds
+    a line break or a marker (the index could not be read back unambiguously).
     """
     entry: tuple[str | None, tuple[tuple[str, str], ...]] | None = msg._cache.get(_RANGE_ENTRY_CACHE)
     if entry is not None:
@@ -76,15 +91,23 @@ def _range_entry(msg: Message) -> tuple[str | None, tuple[tuple[str, str], ...]]
     members = [(key, msg.content)]
     pieces = ["[", msg.role, "]: <<ccr:", key, ">>"]
     labels: list[str] = []
+    if msg.role == "tool" and msg.tool_call_id is not None:
+        pieces += ("\n[tool_result ", msg.tool_call_id, "]")
+        labels.append(msg.tool_call_id)
     for call in msg.tool_calls:
         call_key = archive_key(call.arguments)
         members.append((call_key, call.arguments))
         pieces += ("\n[tool_call ", call.id, " ", call.name, ": <<ccr:", call_key, ">>]")
         labels += (call.id, call.name)
     for image in msg.images:
-        label = image.url or image.media_type
-        pieces += ("\n[image: ", label, "]")
-        labels.append(label)
+        if image.data is not None:
+            image_key = archive_key(image.data)
+            members.append((image_key, image.data))
+            pieces += ("\n[image: ", image.media_type, " <<ccr:", image_key, ">>]")
+            labels.append(image.media_type)
+        else:
+            pieces += ("\n[image: ", image.url or image.media_type, "]")
+            labels.append(image.url or image.media_type)
     pieces.append("\n\n")
     ambiguous = any("\n" in label or "<<ccr:" in label for label in labels)
     entry = (None if ambiguous else "".join(pieces), tuple(members))
@@ -107,8 +130,8 @@ def archive_message(store: Archive, msg: Message) -> str:
 def archive_range(store: Archive, messages: Sequence[Message]) -> str:
     """Archive a dropped range as one composite entry and return its key.
 
-    Each member (every message's content and tool-call arguments) is stored
-    first, then the index naming them (:data:`RANGE_HEADER` + one block per
+    Each member (every message's content, tool-call arguments and inline image
+    data) is stored first, then the index naming them (:data:`RANGE_HEADER` + one block per
     message), so with a durable store an index is never written before its
     members. The key is the sha256 of the small index; :func:`recall` expands it
     to :func:`render_transcript` of ``messages``. A message whose tool-call id,
@@ -118,6 +141,9 @@ def archive_range(store: Archive, messages: Sequence[Message]) -> str:
     entries = [msg._cache.get(_RANGE_ENTRY_CACHE) or _range_entry(msg) for msg in messages]
     blocks = list(map(itemgetter(0), entries))
     if None in blocks:
+        images = [(archive_key(i.data), i.data) for m in messages for i in m.images if i.data is not None]
+        if images:
+            put_entries(store, images)
         return store.put(render_transcript(messages))
     put_entries(store, list(chain.from_iterable(map(itemgetter(1), entries))))
     return store.put(RANGE_HEADER % len(messages) + "".join(blocks))
@@ -127,7 +153,8 @@ def expand_entry(store: Archive, entry: str, missing: dict[str, None]) -> str:
     """``entry`` itself, or, for a range index, the transcript of its members (one level deep).
 
     Members are given back as stored: markers inside them (a summary's, an
-    earlier truncation's) stay markers, recalled in turn. Unknown members are
+    earlier truncation's) stay markers, recalled in turn, and so does an inline
+    image's (its base64 data is recalled by its own key). Unknown members are
     named in place and added to ``missing``.
     """
     if not entry.startswith(_RANGE_PREFIX):
@@ -139,6 +166,8 @@ def expand_entry(store: Archive, entry: str, missing: dict[str, None]) -> str:
 
     def member(found: re.Match[str]) -> str:
         key = found[1]
+        if key is None:  # an image line: its data stays behind its own marker
+            return found[0]
         if key not in fetched:
             content = store.get(key)
             if content is None:
@@ -147,7 +176,7 @@ def expand_entry(store: Archive, entry: str, missing: dict[str, None]) -> str:
             fetched[key] = content
         return fetched[key]
 
-    return MARKER_RE.sub(member, index[2])
+    return _MEMBER_OR_IMAGE_RE.sub(member, index[2])
 
 
 def read_original(store: Archive, key: str) -> str | None:

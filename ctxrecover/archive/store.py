@@ -13,12 +13,15 @@ exactly what was put.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from ctxrecover.archive.keys import archive_key, has_marker
+from ctxrecover.archive.keys import archive_key, extract_keys, has_marker
+from ctxrecover.errors import ArchiveError, ConfigError
 
-__all__ = ["Archive", "MemoryArchive", "put_entries"]
+__all__ = ["DEFAULT_NAMESPACE", "Archive", "MemoryArchive", "PinningArchive", "put_entries"]
+
+DEFAULT_NAMESPACE = "default"
 
 
 @runtime_checkable
@@ -45,12 +48,79 @@ class Archive(Protocol):
     def __contains__(self, key: object) -> bool: ...
 
 
-class MemoryArchive:
-    """An in-process archive (a dict of key → the very same string object)."""
+@runtime_checkable
+class PinningArchive(Protocol):
+    """A bounded store that evicts only what no live history reaches (e.g. :class:`DiskArchive`).
 
-    def __init__(self) -> None:
-        self._entries: dict[str, str] = {}
+    An *owner* (one session) declares the keys its history holds with ``pin``
+    (a change, or with ``reset=True`` the whole set); ``put``/``put_keyed``
+    accept ``owner=`` to hold what a cut just stored until that owner's next
+    ``pin``. :class:`~ctxrecover.archive.SessionArchive` drives this for a session.
+    """
+
+    def pin(
+        self, owner: str, added: Iterable[str] = (), removed: Iterable[str] = (), *, reset: bool = False
+    ) -> None: ...
+
+    def release(self, owner: str) -> None: ...
+
+
+def check_namespace(namespace: object) -> str:
+    """``namespace`` when it is a non-empty str, else :class:`ConfigError`."""
+    if not isinstance(namespace, str) or not namespace:
+        raise ConfigError(f"an archive namespace must be a non-empty str (got {namespace!r})")
+    return namespace
+
+
+class MemoryArchive:
+    """An in-process archive (a dict of key → the very same string object), in one namespace.
+
+    Unbounded, so nothing is ever evicted. :meth:`view` gives a handle on another
+    namespace of the same store: namespaces never read each other's entries
+    unless :meth:`share` copies them.
+    """
+
+    def __init__(self, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+        self._spaces: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
+        self.namespace = check_namespace(namespace)
+        self._entries = self._spaces.setdefault(namespace, {})
+
+    def view(self, namespace: str) -> MemoryArchive:
+        """A handle on ``namespace`` of this same store."""
+        other = object.__new__(MemoryArchive)
+        other._spaces, other._lock = self._spaces, self._lock
+        other.namespace = check_namespace(namespace)
+        with self._lock:
+            other._entries = self._spaces.setdefault(namespace, {})
+        return other
+
+    def share(self, keys: Iterable[str], namespace: str) -> tuple[str, ...]:
+        """Copy the entries under ``keys`` and every entry they reach into ``namespace``; returns
+        the keys newly stored there. Raises :class:`ArchiveError` for a key not stored here."""
+        target = self.view(namespace)._entries
+        roots = list(dict.fromkeys(keys))
+        copied: list[str] = []
+        with self._lock:
+            frontier, seen = list(reversed(roots)), set()
+            while frontier:
+                key = frontier.pop()
+                if key in seen:
+                    continue
+                seen.add(key)
+                content = self._entries.get(key)
+                if content is None:
+                    if key in roots:
+                        raise ArchiveError(
+                            f"cannot share ccr:{key}: nothing is stored under it in namespace "
+                            f"{self.namespace!r}"
+                        )
+                    continue
+                if key not in target:
+                    target[key] = content
+                    copied.append(key)
+                frontier.extend(extract_keys(content))
+        return tuple(copied)
 
     def put(self, content: str) -> str:
         key = archive_key(content)

@@ -6,7 +6,10 @@ run of ``tool`` messages after it, up to the next assistant message. Repair
 claims, for each call, the first unclaimed result of its own block, emits the
 results right after the call in call order (moving any interposed message
 after them), answers unanswered calls with a synthetic error result and
-removes results that no call claims.
+removes results that no call claims. With an archive, what it removes (orphan
+results, pruned calls) is archived first, one range per tool block, and a
+``user`` note carrying its recall marker follows that block
+(:data:`PAIRING_REMOVED_NOTE`): nothing removed is lost from the history.
 
 A valid history is returned unchanged — the very same list object — after an
 O(n) validation pass, so the common case costs one scan and no copies.
@@ -22,15 +25,15 @@ True
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from ctxrecover.archive import Archive
+from ctxrecover.archive import Archive, archive_range, marker
 from ctxrecover.messages import Message, ToolCall
 
 __all__ = [
     "MISSING_RESULT_CODE",
     "MISSING_RESULT_TEXT",
+    "PAIRING_REMOVED_NOTE",
     "PairingReport",
     "repair_pairing",
     "validate_pairing",
@@ -41,14 +44,20 @@ MISSING_RESULT_TEXT = (
     "Do NOT retry this tool call. Analyze what went wrong and try a different approach.]"
 )
 MISSING_RESULT_CODE = "missing_result"
+# Decision beyond the reference (SPEC §3.1 only says "removed"): what repair removes stays recallable.
+PAIRING_REMOVED_NOTE = (
+    "[{count} unpaired tool item(s) removed by pairing repair — "
+    "full transcript recoverable via @recall {marker}]"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class PairingReport:
     """What :func:`repair_pairing` changed.
 
-    ``archived_keys`` are the CCR keys of removed orphan results and pruned
-    calls (only when an archive was given), so nothing removed is lost.
+    ``archived_keys`` are the CCR keys of the ranges holding removed orphan
+    results and pruned calls (only when an archive was given; each one's marker
+    is in a :data:`PAIRING_REMOVED_NOTE` of the repaired history).
     """
 
     synthetic_results: int = 0
@@ -106,10 +115,6 @@ def _synthetic_result(call: ToolCall) -> Message:
     )
 
 
-def _call_json(call: ToolCall) -> str:
-    return json.dumps({"id": call.id, "name": call.name, "arguments": call.arguments})
-
-
 class _Repair:
     """Mutable tallies of one repair run (local to :func:`repair_pairing`)."""
 
@@ -118,30 +123,39 @@ class _Repair:
         self.out: list[Message] = []
         self.synthetic = self.relocated = self.orphans = self.duplicates = self.empty_ids = 0
         self.keys: list[str] = []
-
-    def keep(self, content: str) -> None:
-        if self.archive is not None and content:
-            self.keys.append(self.archive.put(content))
+        self.removed: list[Message] = []  # since the last note: orphans, and pruned calls as a message
 
     def drop_orphan(self, msg: Message) -> None:
         self.orphans += 1
-        self.keep(msg.content)
+        self.removed.append(msg)
+
+    def note_removed(self) -> None:
+        """Archive what was removed since the last note and leave a note with its marker here."""
+        if self.archive is not None and self.removed:
+            key = archive_range(self.archive, self.removed)
+            self.keys.append(key)
+            count = sum(len(m.tool_calls) or 1 for m in self.removed)
+            note = PAIRING_REMOVED_NOTE.format(count=count, marker=marker(key))
+            self.out.append(Message.user(note, is_summary=True, summary_of=count))
+        self.removed = []
 
     def prune_calls(self, msg: Message) -> Message:
         calls: list[ToolCall] = []
+        pruned: list[ToolCall] = []
         seen: set[str] = set()
         for call in msg.tool_calls:
             if not call.id:
                 self.empty_ids += 1
-                self.keep(_call_json(call))
+                pruned.append(call)
             elif call.id in seen:
                 self.duplicates += 1
-                self.keep(_call_json(call))
+                pruned.append(call)
             else:
                 seen.add(call.id)
                 calls.append(call)
-        if len(calls) == len(msg.tool_calls):
+        if not pruned:
             return msg
+        self.removed.append(Message.assistant("", tool_calls=pruned))
         return msg.replace(tool_calls=tuple(calls))
 
     def block(self, owner: Message, region: list[Message]) -> None:
@@ -172,6 +186,7 @@ class _Repair:
                 self.out.append(msg)
             elif k not in claimed:
                 self.drop_orphan(msg)
+        self.note_removed()
 
     def report(self) -> PairingReport:
         return PairingReport(
@@ -193,8 +208,10 @@ def repair_pairing(
     calls with empty or duplicate ids (within one message) are pruned, each
     call claims the first unclaimed result of its block (results behind an
     interposed message are relocated before it), unanswered calls get a
-    synthetic ``missing_result`` error and unclaimed results are removed —
-    archived first when ``archive`` is given. Idempotent; the input is never
+    synthetic ``missing_result`` error and unclaimed results are removed.
+    With ``archive``, what is removed is archived first and a
+    :data:`PAIRING_REMOVED_NOTE` (a ``user`` message with its recall marker)
+    follows the block it was removed from. Idempotent; the input is never
     mutated.
     """
     if validate_pairing(history):
@@ -214,6 +231,8 @@ def repair_pairing(
         if msg.role == "tool":
             repair.drop_orphan(msg)
         else:
+            repair.note_removed()  # orphans before any assistant: the note takes their place
             repair.out.append(msg)
         i += 1
+    repair.note_removed()
     return repair.out, repair.report()

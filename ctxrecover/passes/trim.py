@@ -30,12 +30,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ctxrecover.archive import Archive, marker
+from ctxrecover.archive import Archive, archive_range, marker
 from ctxrecover.messages import Message
 from ctxrecover.passes.truncate import (
     recall_suffix,
     recall_suffix_key,
-    render_transcript,
     truncate_head_tail,
 )
 from ctxrecover.sizes import total_weight
@@ -216,7 +215,7 @@ def trim_history(
         if end - start >= 2:
             dropped = history[start : end - 1]
             note = FORMAT_ERRORS_NOTE.format(
-                count=len(dropped), marker=marker(archive.put(render_transcript(dropped)))
+                count=len(dropped), marker=marker(archive_range(archive, dropped))
             )
             if result[end - 1] is history[end - 1]:
                 changed += 1

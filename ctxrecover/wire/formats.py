@@ -9,6 +9,7 @@ body goes through. The other modules of :mod:`ctxrecover.wire` build on this one
 from __future__ import annotations
 
 import json
+import re
 from enum import StrEnum
 from typing import Any
 
@@ -79,6 +80,7 @@ TURN_CONTENT_KEYS: dict[WireFormat, str] = {_ANTHROPIC: "content", _GEMINI: "par
 DEFAULT_ANTHROPIC_MAX_TOKENS = 4096  # the Messages API requires max_tokens
 SYSTEM_TEXT_SEPARATOR = "\n\n"
 RAW_ARGUMENTS_KEY = "_raw_arguments"
+_LONE_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
 def _fmt(fmt: WireFormat | str) -> WireFormat:
@@ -90,5 +92,20 @@ def _fmt(fmt: WireFormat | str) -> WireFormat:
 
 
 def encode_body(body: Any) -> bytes:
-    """The canonical serialisation of a request body: compact UTF-8 JSON."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """The canonical serialisation of a request body: compact UTF-8 JSON.
+
+    Never raises on text: a lone surrogate (no UTF-8 form) is written as its
+    JSON escape (``\\ud800``), so ``json.loads`` gives the very same string
+    back. Sessions refuse such text where it enters (``Session.add``), because
+    providers reject the escape; this keeps text that arrived another way (a
+    provider's answer, a restored state) from crashing the encoder.
+    """
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # only inside JSON strings: escaping there keeps the document valid
+        return _LONE_SURROGATE_RE.sub(_escape_surrogate, text).encode("utf-8")
+
+
+def _escape_surrogate(found: re.Match[str]) -> str:
+    return f"\\u{ord(found.group()):04x}"

@@ -23,7 +23,9 @@ import os
 import random
 import signal
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -36,6 +38,7 @@ from simulator.providers.mock import MockProvider, ParsedRequest, Reply
 from simulator.proxy.faults import BodyCap
 from simulator.proxy.middlebox import Middlebox
 
+T = TypeVar("T")
 SEED = 20240611
 ARCHIVE_FILE = "archive.sqlite"
 STATE_FILE = "state.json"
@@ -84,7 +87,7 @@ def reply_for(turn: int) -> Reply:
 
 
 class CrashingArchive(DiskArchive):
-    """A DiskArchive that SIGKILLs its own process around the N-th put."""
+    """A DiskArchive that SIGKILLs its own process around the N-th put (a batch counts as one)."""
 
     def __init__(self, path: Path, *, after: int | None, before: int | None) -> None:
         super().__init__(path)
@@ -92,14 +95,20 @@ class CrashingArchive(DiskArchive):
         self.after = after
         self.before = before
 
-    def put(self, content: str) -> str:
+    def _counted(self, store: Callable[[], T]) -> T:
         self.puts += 1
         if self.puts == self.before:
             os.kill(os.getpid(), signal.SIGKILL)
-        key = super().put(content)
+        result = store()
         if self.puts == self.after:
             os.kill(os.getpid(), signal.SIGKILL)
-        return key
+        return result
+
+    def put(self, content: str, *, owner: str | None = None) -> str:
+        return self._counted(lambda: super(CrashingArchive, self).put(content, owner=owner))
+
+    def put_keyed(self, entries: Sequence[tuple[str, str]], *, owner: str | None = None) -> None:
+        self._counted(lambda: super(CrashingArchive, self).put_keyed(entries, owner=owner))
 
 
 def persist(directory: Path, turn: int, session: Session) -> None:

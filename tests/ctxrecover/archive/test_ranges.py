@@ -56,6 +56,16 @@ def dropped_range() -> list[Message]:
     ]
 
 
+def member_texts(messages: list[Message]) -> list[str]:
+    """What a range stores besides its index: contents, arguments, inline image data (distinct, in order)."""
+    texts = [
+        text
+        for m in messages
+        for text in (m.content, *(c.arguments for c in m.tool_calls), *(i.data for i in m.images if i.data))
+    ]
+    return list(dict.fromkeys(texts))
+
+
 class RecordingStore:
     """A plain Archive (no put_keyed) over a MemoryArchive that logs what it is asked to store."""
 
@@ -123,9 +133,7 @@ def test_range_members_are_stored_before_the_index() -> None:
     plain_key, keyed_key = archive_range(plain, messages), archive_range(keyed, messages)
     assert plain_key == keyed_key
     # without put_keyed: one put per distinct member ("{}" appears twice), then the index, last
-    texts = [t for m in messages for t in (m.content, *(c.arguments for c in m.tool_calls))]
-    members = list(dict.fromkeys(texts))
-    assert plain.puts == [*members, plain.get(plain_key)]
+    assert plain.puts == [*member_texts(messages), plain.get(plain_key)]
     # with put_keyed: one batch of (key, content) pairs, then the index
     assert keyed.puts == ["<batch>", keyed.get(keyed_key)]
     assert all(key == archive_key(content) for key, content in keyed.batches[0])
@@ -138,7 +146,7 @@ def test_range_members_are_durable_before_the_index_on_disk(tmp_path: Path) -> N
     with sqlite3.connect(tmp_path / "ccr.sqlite") as conn:
         order = [k for (k,) in conn.execute("SELECT key FROM entries ORDER BY access_seq")]
     conn.close()
-    members = {archive_key(t) for m in messages for t in (m.content, *(c.arguments for c in m.tool_calls))}
+    members = {archive_key(t) for t in member_texts(messages)}
     assert order[-1] == key and set(order[:-1]) == members
     with DiskArchive(tmp_path / "ccr.sqlite") as disk:
         assert recall(disk, key).found[key] == render_transcript(messages)
@@ -307,6 +315,19 @@ def test_put_entries_uses_put_keyed_or_falls_back_to_put(store: Archive) -> None
     assert plain.puts == ["one", "two"]
 
 
-def test_disk_archive_still_satisfies_the_protocol_without_put_keyed(disk: DiskArchive) -> None:
-    assert isinstance(disk, Archive) and not hasattr(disk, "put_keyed")
-    assert isinstance(MemoryArchive(), Archive)
+def test_disk_archive_stores_a_range_s_members_in_one_batch(
+    disk: DiskArchive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert isinstance(disk, Archive) and isinstance(MemoryArchive(), Archive)
+    batches: list[int] = []
+    real = DiskArchive.put_keyed
+
+    def counted(self: DiskArchive, entries: list[tuple[str, str]], **kw: object) -> None:
+        batches.append(len(dict(entries)))
+        real(self, entries, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DiskArchive, "put_keyed", counted)
+    messages = dropped_range()
+    key = archive_range(disk, messages)
+    assert batches == [len(member_texts(messages))]
+    assert recall(disk, key).found[key] == render_transcript(messages)

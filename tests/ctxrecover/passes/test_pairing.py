@@ -104,13 +104,33 @@ def test_interposed_user_message_is_moved_after_the_relocated_results() -> None:
     assert out == [history[0], history[1], result("a"), result("b"), feedback]
 
 
-def test_orphan_result_is_removed_and_archived_first() -> None:
+def test_orphan_result_is_archived_first_and_a_note_with_its_marker_takes_its_place() -> None:
     archive = MemoryArchive()
-    history = [Message.user("go"), asst("a"), result("a"), result("ghost:0", "ghost output")]
+    ghost = result("ghost:0", "ghost output")
+    history = [
+        Message.user("go"), asst("a"), result("a"), ghost, Message.user("next"), Message.assistant("ok")
+    ]
     out, report = repaired(history, archive=archive)
     assert report.orphans_removed == 1
-    assert out == history[:3]
-    assert recall(archive, " ".join(report.archived_keys)).text == "ghost output"
+    (key,) = report.archived_keys
+    note = (
+        "[1 unpaired tool item(s) removed by pairing repair — "
+        f"full transcript recoverable via @recall <<ccr:{key}>>]"
+    )
+    # the note follows the block the orphan was in (after its interposed user message)
+    assert out[:3] == history[:3] and out[3] == history[4] and out[5] == history[5]
+    assert out[4].role == "user" and out[4].content == note and out[4].is_summary and out[4].summary_of == 1
+    assert recall(archive, out[4].content).text == "[tool]: ghost output\n[tool_result ghost:0]\n\n"
+
+
+def test_leading_orphans_are_noted_where_they_were() -> None:
+    archive = MemoryArchive()
+    history = [Message.system("s"), result("x", "early"), result("y", "output"), Message.user("go")]
+    out, report = repaired(history, archive=archive)
+    assert [m.content for m in (out[0], out[2])] == ["s", "go"] and report.orphans_removed == 2
+    assert recall(archive, out[1].content).text == (
+        "[tool]: early\n[tool_result x]\n\n[tool]: output\n[tool_result y]\n\n"
+    )
 
 
 def test_orphan_without_archive_is_still_removed() -> None:
@@ -138,8 +158,8 @@ def test_intra_message_duplicate_call_is_pruned_keeping_the_first() -> None:
     ]
     out, report = repaired(history, archive=archive)
     assert report.duplicate_calls_pruned == 1 and report.synthetic_results == 0
-    assert out[1].tool_calls == (first,)
-    assert json.loads(recall(archive, report.archived_keys[0]).text)["arguments"] == '{"dir": "/tmp"}'
+    assert out[1].tool_calls == (first,) and out[2] == result("a")
+    assert recall(archive, out[3].content).text == '[assistant]: \n[tool_call a ls: {"dir": "/tmp"}]\n\n'
 
 
 def test_result_beyond_the_next_assistant_gives_one_synthetic_and_one_orphan() -> None:
@@ -203,11 +223,18 @@ MESSAGES = st.one_of(
 @given(st.lists(MESSAGES, max_size=12))
 def test_repair_is_idempotent_and_valid_for_random_histories(history: list[Message]) -> None:
     snapshot = copy.deepcopy(history)
-    once, _ = repair_pairing(history, archive=MemoryArchive())
+    store = MemoryArchive()
+    once, _ = repair_pairing(history, archive=store)
     assert history == snapshot
     assert validate_pairing(once)
     twice, report = repair_pairing(once)
     assert twice == once and not report.changed
     kept = [m for m in history if m.role in ("user", "system")]
-    assert [m for m in once if m.role in ("user", "system")] == kept, "repair never drops non-tool messages"
+    notes = [m for m in once if m.content.startswith("[") and "removed by pairing repair" in m.content]
+    assert [m for m in once if m.role in ("user", "system") and m not in notes] == kept, (
+        "repair never drops non-tool messages"
+    )
+    orphans = [m for m in history if m.role == "tool" and m not in once]
+    recalled = "".join(recall(store, note.content).text for note in notes)
+    assert all(f"[tool]: {m.content}\n[tool_result {m.tool_call_id}]" in recalled for m in orphans)
     assert sum(m.role == "assistant" for m in once) == sum(m.role == "assistant" for m in history)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ctxrecover.archive import MemoryArchive, archive_key
+from ctxrecover.archive import MemoryArchive, archive_key, archive_range, recall
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.passes.trim import trim_history
 from ctxrecover.passes.truncate import recall_suffix
@@ -180,10 +180,7 @@ def test_trim_keeps_only_the_last_consecutive_format_error(
     history = [Message.user("task"), Message.assistant("bad"), *errors, Message.assistant("good")]
     store = MemoryArchive()
     out, report = trim_history(history, archive=store)
-    key = archive_key(
-        "[user]: FORMAT ERROR: attempt 0 had no tool call\n\n"
-        "[user]: FORMAT ERROR: attempt 1 had no tool call\n\n"
-    )
+    key = archive_range(MemoryArchive(), errors[:2])  # the dropped ones, as one range entry
     assert [m.content for m in out] == [
         "task",
         "bad",
@@ -191,6 +188,10 @@ def test_trim_keeps_only_the_last_consecutive_format_error(
         f"[2 earlier FORMAT ERROR message(s) recoverable via @recall <<ccr:{key}>>]",
         "good",
     ]
+    assert recall(store, key).found[key] == (
+        "[user]: FORMAT ERROR: attempt 0 had no tool call\n\n"
+        "[user]: FORMAT ERROR: attempt 1 had no tool call\n\n"
+    )
     assert report.format_errors_dropped == 2 and report.messages_changed == 3
     assert report.chars_saved == total_weight(history) - total_weight(out)
     assert_nothing_lost_strict(history, out, store)

@@ -151,14 +151,14 @@ def test_leading_system_count_counts_only_the_prefix() -> None:
     assert leading_system_count([]) == 0
 
 
-def test_render_transcript_lists_roles_and_tool_calls() -> None:
+def test_render_transcript_lists_roles_tool_calls_and_result_ids() -> None:
     rendered = render_transcript(
         [Message.user("hi"), Message.assistant("ok", tool_calls=[call("a")]), Message.tool("a", "out")]
     )
     assert rendered == (
         "[user]: hi\n\n"
         '[assistant]: ok\n[tool_call a read_file: {"path": "a.py"}]\n\n'
-        "[tool]: out\n\n"
+        "[tool]: out\n[tool_result a]\n\n"
     )
 
 

@@ -1,0 +1,230 @@
+"""The archive as one session uses it: what its histories reach stays pinned, failures are reported.
+
+A :class:`SessionArchive` wraps the store a session was given. It is the
+:class:`~ctxrecover.archive.Archive` every pass of that session writes to, and
+it keeps the store's pins in step with the session's *live lists* — the
+history and the last outgoing request (whose tool-result previews carry
+markers the model has seen):
+
+- each message's keys (the markers in its content, tool-call arguments and
+  system parts) are found once and memoized on the immutable message;
+- :meth:`SessionArchive.track` compares a list with the one it last saw *by
+  identity* (one set difference; a list the session grew in place costs only
+  its new tail) and counts, per key, the live messages that hold it;
+- only keys whose count goes 0 → 1 or 1 → 0 are sent to the store, in one
+  :meth:`~ctxrecover.archive.PinningArchive.pin` call: the store's work per turn
+  is O(what changed), never O(history).
+
+Puts carry the session as ``owner``, so what a cut stores is held until the
+next ``track`` (the new history pins what it keeps). Stores that evict nothing
+(:class:`~ctxrecover.archive.MemoryArchive`) are used as they are, untracked.
+A write the store refuses is passed to ``on_error`` and re-raised; a pin
+change the store could not record is reported once and retried with the next
+change (never raised: the session stays usable while its disk is full).
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from ctxrecover.archive.keys import extract_keys, has_marker
+from ctxrecover.archive.store import Archive, PinningArchive, put_entries
+from ctxrecover.errors import ArchiveError
+
+if TYPE_CHECKING:
+    from ctxrecover.messages import Message
+
+__all__ = ["SessionArchive", "message_keys"]
+
+_T = TypeVar("_T")
+_KEYS_CACHE = "archive:keys"  # msg._cache entry: the keys the message refers to
+Stage = Literal["put", "pin"]
+
+
+def _takes_owner(method: object) -> bool:
+    if method is None:
+        return False
+    try:
+        return "owner" in inspect.signature(method).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def message_keys(msg: Message) -> tuple[str, ...]:
+    """The archive keys ``msg`` refers to (markers in content, tool-call arguments, system parts).
+
+    Memoized on the message."""
+    keys: tuple[str, ...] | None = msg._cache.get(_KEYS_CACHE)
+    if keys is None:
+        texts = [msg.content, *(call.arguments for call in msg.tool_calls), *msg.system_parts]
+        keys = tuple(dict.fromkeys(key for text in texts for key in extract_keys(text)))
+        msg._cache[_KEYS_CACHE] = keys
+    return keys
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """One live list as last seen: its messages by identity (holding them keeps ids unique)."""
+
+    members: dict[int, Message] = field(default_factory=dict)
+    source: Sequence[Message] | None = None
+    length: int = 0
+
+
+class SessionArchive:
+    """A session's view of its store: the Archive protocol, with the session's pins kept in step.
+
+    ``store`` is the wrapped store (for what only it offers, e.g. ``DiskArchive.stats``).
+    ``owner`` names the session in the store (a fresh random id by default; a
+    resumed session :meth:`adopt` s its saved one). ``on_error(exc, stage)`` is
+    told about every :class:`~ctxrecover.errors.ArchiveError` on a write
+    (``"put"``, then re-raised) or a pin change (``"pin"``, retried later).
+    """
+
+    def __init__(
+        self,
+        store: Archive,
+        *,
+        owner: str | None = None,
+        on_error: Callable[[ArchiveError, Stage], object] | None = None,
+    ) -> None:
+        self.store: Archive = store.store if isinstance(store, SessionArchive) else store
+        self.owner = owner or uuid.uuid4().hex
+        # A store that pins but whose put takes no owner (a subclass) still gets its pins, not fresh holds.
+        self.pinning = isinstance(self.store, PinningArchive)
+        self._put_owner = self.pinning and _takes_owner(self.store.put)
+        self._put_keyed_owner = self.pinning and _takes_owner(getattr(self.store, "put_keyed", None))
+        self._on_error = on_error
+        self._lists: dict[str, _Tracked] = {}
+        self._counts: dict[str, int] = {}
+        self._to_pin: set[str] = set()
+        self._to_unpin: set[str] = set()
+        self._stored_since_pin = False
+        self._needs_reset = True  # the first pin declares the whole live set
+        self._pin_failing = False
+
+    # -- the Archive protocol ------------------------------------------------------------
+    def put(self, content: str) -> str:
+        if self._put_owner:
+            return self._write(lambda: self.store.put(content, owner=self.owner))  # type: ignore[call-arg]
+        return self._write(lambda: self.store.put(content))
+
+    def put_keyed(self, entries: Sequence[tuple[str, str]]) -> None:
+        """Store pre-keyed entries in one step (see :func:`~ctxrecover.archive.put_entries`)."""
+        if self._put_keyed_owner:
+            self._write(lambda: self.store.put_keyed(entries, owner=self.owner))  # type: ignore[attr-defined]
+        else:
+            self._write(lambda: put_entries(self.store, entries))
+
+    def archive(self, content: str) -> str | None:
+        return None if has_marker(content) else self.put(content)
+
+    def get(self, key: str) -> str | None:
+        return self.store.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.store
+
+    def __len__(self) -> int:
+        return len(self.store)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"SessionArchive({self.store!r}, owner={self.owner!r})"
+
+    # -- what the session's lists reach ---------------------------------------------------------
+    @property
+    def live_keys(self) -> frozenset[str]:
+        """Keys the tracked lists hold directly (empty for a store that evicts nothing)."""
+        return frozenset(self._counts)
+
+    def track(self, name: str, messages: Sequence[Message]) -> None:
+        """``messages`` is now the live list ``name``: pin what it holds, unpin what it dropped."""
+        if not self.pinning:
+            return
+        tracked = self._lists.get(name)
+        if tracked is not None and messages is tracked.source and len(messages) >= tracked.length:
+            added: list[Message] = []
+            for msg in messages[tracked.length :]:  # grown in place: only the tail is new
+                if id(msg) not in tracked.members:
+                    tracked.members[id(msg)] = msg
+                    added.append(msg)
+            removed: list[Message] = []
+        else:
+            members = {id(m): m for m in messages}
+            old = tracked.members if tracked is not None else {}
+            added = [members[i] for i in members.keys() - old.keys()]
+            removed = [old[i] for i in old.keys() - members.keys()]
+            tracked = self._lists[name] = _Tracked(members)
+        tracked.source, tracked.length = messages, len(messages)
+        for msg in added:
+            for key in message_keys(msg):
+                self._count(key, +1)
+        for msg in removed:
+            for key in message_keys(msg):
+                self._count(key, -1)
+        self._flush()
+
+    def adopt(self, owner: str) -> None:
+        """Take over ``owner``'s pins (a resumed session): they become this session's live set at the
+        next :meth:`track`; the pins of the id used so far are released."""
+        if owner == self.owner:
+            return
+        if self.pinning:
+            try:
+                self.store.release(self.owner)  # type: ignore[attr-defined]
+            except ArchiveError as exc:
+                self._report(exc, "pin")
+        self.owner = owner
+        self._needs_reset = True
+
+    # -- internals ----------------------------------------------------------------------
+    def _write(self, action: Callable[[], _T]) -> _T:
+        self._stored_since_pin = True
+        try:
+            return action()
+        except ArchiveError as exc:
+            self._report(exc, "put")
+            raise
+
+    def _count(self, key: str, delta: int) -> None:
+        count = self._counts.get(key, 0) + delta
+        if count > 0:
+            self._counts[key] = count
+        else:
+            self._counts.pop(key, None)
+        if delta > 0 and count == 1:
+            if key in self._to_unpin:
+                self._to_unpin.discard(key)  # unpinned and pinned again before the store heard
+            else:
+                self._to_pin.add(key)
+        elif delta < 0 and count == 0:
+            if key in self._to_pin:
+                self._to_pin.discard(key)
+            else:
+                self._to_unpin.add(key)
+
+    def _flush(self) -> None:
+        if not (self._needs_reset or self._to_pin or self._to_unpin or self._stored_since_pin):
+            return
+        store: PinningArchive = self.store  # type: ignore[assignment]
+        try:
+            if self._needs_reset:
+                store.pin(self.owner, list(self._counts), reset=True)
+            else:
+                store.pin(self.owner, sorted(self._to_pin), sorted(self._to_unpin))
+        except ArchiveError as exc:
+            if not self._pin_failing:
+                self._pin_failing = True
+                self._report(exc, "pin")
+            return
+        self._to_pin.clear()
+        self._to_unpin.clear()
+        self._stored_since_pin = self._needs_reset = self._pin_failing = False
+
+    def _report(self, exc: ArchiveError, stage: Stage) -> None:
+        if self._on_error is not None:
+            self._on_error(exc, stage)
