@@ -49,6 +49,7 @@ from simulator.proxy.inprocess import DEFAULT_MOCK_BASE_URL, mount_inprocess
 from simulator.proxy.loopback import TURN_HEADER, LoopbackServer
 from simulator.proxy.middlebox import Middlebox
 from simulator.proxy.scenario import Expectation, Scenario, load_scenario
+from simulator.research.ledger import Losses
 from simulator.research.metrics import AttemptRecord, records_to_frame, summarize_run
 from simulator.research.retention import fact_survival
 from simulator.summarizers import make_summarizer
@@ -84,7 +85,8 @@ class ReplayResult:
     ``transcript`` is the transcript as given, ``replayed`` as the workload shaped
     it (:func:`shape_transcript`); ``conversation`` the
     messages the session was given or produced (the original that ``chars_lost``
-    checks ``final_history`` and ``archive`` against). ``outcome`` is one of
+    checks ``final_history`` and ``archive`` against; ``losses`` splits it per
+    field, :class:`~simulator.research.ledger.Losses`). ``outcome`` is one of
     :data:`simulator.proxy.scenario.OUTCOMES`; ``error`` the message of the
     :class:`~ctxrecover.errors.RecoveryError` that ended the replay, if any.
     ``divergences`` counts replies that differ from the recording (a truncated
@@ -106,6 +108,7 @@ class ReplayResult:
     archive: MemoryArchive
     stats: SessionStats
     chars_lost: int
+    losses: Losses
     fact_survival: float
     outcome: str
     turns: int
@@ -300,6 +303,7 @@ def replay(
         policy_name=policy_name, seed=seed, transport=transport, records=records,
         events=tuple(recorder.events), conversation=tuple(recorder.fed), final_history=tuple(final),
         archive=archive, stats=dataclasses.replace(session.stats), chars_lost=recorder.lost,
+        losses=recorder.losses,
         fact_survival=fact_survival(shaped.facts, final, archive),
         outcome=_run_outcome(records, session.stats, error), turns=len(turns), turns_completed=completed,
         divergences=divergences, error=None if error is None else str(error),
@@ -328,7 +332,7 @@ def _drive(session: Session, recorder: Recorder, script: _Script, turns: list[Tu
         for msg in messages:
             msg = _remap(msg, ids)
             session.add(msg)
-            recorder.fed.append(msg)
+            recorder.feed(msg)
 
     for index, turn in enumerate(turns):
         recorder.start_turn(index)
@@ -339,7 +343,7 @@ def _drive(session: Session, recorder: Recorder, script: _Script, turns: list[Tu
         except RecoveryError as error:
             recorder.turn_failed(error)
             return error, index, divergences
-        recorder.fed.append(produced)
+        recorder.feed(produced)
         divergences += not _same_reply(turn.reply, produced)
         ids.update({rec.id: got.id for rec, got in zip(turn.reply.tool_calls, produced.tool_calls,
                                                          strict=False) if rec.id != got.id})
