@@ -140,7 +140,6 @@ class LossLedger:
     def __init__(self, archive: Archive | None = None, *, track_writes: bool = False) -> None:
         self.archive = archive
         self.track_writes = track_writes
-        self.originals = 0
         self._need: dict[Piece, int] = {}
         self._have: dict[Piece, int] = {}
         self._lost: dict[str, int] = dict.fromkeys(LOSS_FIELDS, 0)
@@ -154,7 +153,6 @@ class LossLedger:
     # -- inputs --------------------------------------------------------------------------------
     def add_original(self, msg: Message) -> None:
         """Account for one original message (its pieces must survive)."""
-        self.originals += 1
         for piece in message_pieces(msg):
             self._shift(piece, need=1)
 
@@ -176,8 +174,8 @@ class LossLedger:
             if root is not None:
                 root.count += 1
                 continue
-            known = self._roots.get(id(msg))
-            if known is not None and known.message is msg:
+            known = self._roots.get(id(msg))  # the previous history's messages are alive: ids are theirs
+            if known is not None:
                 current[id(msg)] = _Root(msg, 1, known.pieces, known.edges)
             else:
                 texts = [msg.content, *(call.arguments for call in msg.tool_calls)]
