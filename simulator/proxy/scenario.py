@@ -58,7 +58,13 @@ from typing import Any
 from ctxrecover.errors import ConfigError
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from simulator.providers.mock import FORMATS, MockProvider, Script
-from simulator.proxy.expectation import FAILURE_KINDS, OUTCOMES, Expectation, expectation_from_table
+from simulator.proxy.expectation import (
+    EXPECT_FIELDS,
+    FAILURE_KINDS,
+    OUTCOMES,
+    Expectation,
+    expectation_from_table,
+)
 from simulator.proxy.fault_specs import (
     FieldProblem,
     ScenarioError,
@@ -96,6 +102,7 @@ SUMMARIZER_KEYS: tuple[str, ...] = ("behaviour", "context_window")
 WORKLOAD_KEYS: tuple[str, ...] = (
     "history_bytes", "max_tokens", "reply_tokens", "system_prompt_bytes", "transcript", "turns",
 )
+EXPECT_KEYS: tuple[str, ...] = tuple(EXPECT_FIELDS)
 SUMMARIZER_BEHAVIOURS: tuple[str, ...] = (
     "extractive", "refusing", "too-short", "slow", "failing", "overflowing",
 )
