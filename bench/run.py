@@ -2,7 +2,7 @@
 
 ::
 
-    python bench/run.py                  # all benchmarks, full size (~1.5 min)
+    python bench/run.py                  # all benchmarks, full size (~2 min)
     python bench/run.py --quick          # smaller sizes and fewer repeats; prints, writes nothing
     python bench/run.py --only P3,P5     # a subset; prints, writes nothing
     python bench/run.py --profile DIR    # also a pyinstrument profile of each benchmark in DIR
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_compaction
+import bench_long_replay
 import bench_peers
 import bench_recovery
 import bench_simulator
@@ -42,7 +43,7 @@ RESULTS_JSON = BENCH_DIR / "results.json"
 BENCHMARKS_MD = BENCH_DIR.parent / "BENCHMARKS.md"
 START_MARKER = "<!-- results:start -->"
 END_MARKER = "<!-- results:end -->"
-BENCHMARK_IDS = ("P1", "P2", "P3", "P4", "P5", "P6")
+BENCHMARK_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
 QUICK_P2_SCALES_MB = (1, 2, 4)
 QUICK_REPEATS = 3
 QUICK_P3_MESSAGES = 500
@@ -186,8 +187,19 @@ def _recovery(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     return raw, measures
 
 
+def _p7(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
+    raw = bench_long_replay.run(quick=quick)
+    (early_lo, early_hi), (late_lo, late_hi) = raw["early_window"], raw["late_window"]
+    detail = (f"{raw['early_ms']:.2f} ms per turn at turns {early_lo}–{early_hi - 1} vs "
+              f"{raw['late_ms']:.2f} ms at turns {late_lo}–{late_hi - 1} ({raw['turns']} turns, "
+              f"{raw['compactions']} compactions, {raw['archive_entries']} archive entries, "
+              f"{raw['chars_lost']} chars lost; median of {raw['repeats']} replays)")
+    label = "P7 per-turn time of a compaction-heavy replay, turn 2,000 ÷ turn 100"
+    return raw, [Measure("P7.per_turn_ratio", label, raw["ratio"], "≤ 1.5", raw["passed"], detail)]
+
+
 BENCHMARKS: dict[str, Callable[[bool], tuple[dict[str, Any], list[Measure]]]] = {
-    "P1": _p1, "P2": _p2, "P3": _p3, "P4": _p4, "P5": _recovery,
+    "P1": _p1, "P2": _p2, "P3": _p3, "P4": _p4, "P5": _recovery, "P7": _p7,
 }
 RUN_OF = {"P6": "P5"}  # P5 and P6 come from the same replays
 
@@ -277,7 +289,7 @@ def _run_one(name: str, quick: bool, profile_dir: Path | None) -> tuple[dict[str
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats; writes nothing")
-    parser.add_argument("--only", help="comma-separated ids (P1..P6); writes nothing")
+    parser.add_argument("--only", help="comma-separated ids (P1..P7); writes nothing")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="write a pyinstrument profile of each benchmark to DIR")

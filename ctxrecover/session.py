@@ -428,7 +428,8 @@ class Session:
                 request = self._after_failure(exc, request, turn, cancel)
                 continue
             self._account(request, response)
-            self._update_gateway(self._gateway.accepted(response.request_bytes, policy=self.policy))
+            accepted = self._gateway.accepted(response.request_bytes, policy=self.policy)
+            self._update_gateway(accepted, accepted=True)
             turn.before_recovery, turn.size_signatures = None, set()
             if turn.attempts:
                 self.stats.recoveries += 1
@@ -537,9 +538,9 @@ class Session:
         ) from exc
 
     # -- what the gateway model decides ----------------------------------------------------------
-    def _update_gateway(self, model: GatewayModel) -> None:
-        """Adopt ``model``; say so when the learned cap changed (SPEC §6.1, once per change)."""
-        notice = cap_notice(self._gateway, model)
+    def _update_gateway(self, model: GatewayModel, *, accepted: bool = False) -> None:
+        """Adopt ``model``; say so when a rejection set or moved the learned cap (SPEC §6.1)."""
+        notice = cap_notice(self._gateway, model, accepted=accepted)
         self._gateway = model
         if notice is not None:
             self.events.emit(notice)

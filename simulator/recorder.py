@@ -10,7 +10,9 @@ Conventions (see :data:`simulator.research.metrics.OUTCOMES`):
 - compaction level, summarizer and archive deltas belong to the attempt they
   preceded;
 - ``chars_lost`` is probed before every attempt that follows a compaction, and
-  at the end of the replay (the final value lands on the last record);
+  at the end of the replay (the final value lands on the last record), by an
+  incremental :class:`~simulator.research.ledger.LossLedger` that sees every
+  message fed to or produced by the session and every archive write;
 - ``identical_retry`` compares the sha256 of the body with the last rejected body.
 """
 
@@ -23,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ctxrecover.archive import MemoryArchive
 from ctxrecover.classify import classify
@@ -36,12 +38,8 @@ from ctxrecover.sizes import total_weight
 from simulator.providers.mock import MockProvider
 from simulator.proxy.faults import BodyCap, HeaderCap, RateLimit429, ResetAfter
 from simulator.proxy.scenario import Scenario
+from simulator.research.ledger import Losses, LossLedger
 from simulator.research.metrics import AttemptRecord
-from simulator.research.retention import chars_lost
-
-if TYPE_CHECKING:
-
-    pass
 
 __all__ = ["CountingArchive", "Recorder", "ReplayEvent", "ReplaySender", "proxy_cap"]
 
@@ -77,23 +75,35 @@ def proxy_cap(scenario: Scenario) -> int | None:
 
 
 class CountingArchive(MemoryArchive):
-    """A memory archive that counts the chars of new entries."""
+    """A memory archive that counts the chars of new entries and reports every write.
 
-    def __init__(self) -> None:
+    ``on_write`` (when set) is called with the key of each write — each ``put``
+    and each member of a ``put_keyed``, also when the content was already
+    stored — so a :class:`~simulator.research.ledger.LossLedger` can count
+    archived occurrences.
+    """
+
+    def __init__(self, on_write: Callable[[str], object] | None = None) -> None:
         super().__init__()
         self.chars = 0
+        self.on_write = on_write
 
     def put(self, content: str) -> str:
         entries = len(self)
         key = super().put(content)  # content is hashed once (megabytes, for a dropped range)
         if len(self) > entries:
             self.chars += len(content)
+        if self.on_write is not None:
+            self.on_write(key)
         return key
 
     def put_keyed(self, entries: Sequence[tuple[str, str]]) -> None:
         fresh = {key: content for key, content in entries if key not in self}
         super().put_keyed(entries)
         self.chars += sum(map(len, fresh.values()))
+        if self.on_write is not None:
+            for key, _content in entries:
+                self.on_write(key)
 
 
 class ReplaySender(HttpxSender):
@@ -153,6 +163,8 @@ class Recorder:
         self.recovery_level = 0
         self.rejected_hash: str | None = None
         self.lost = 0
+        self.ledger = LossLedger(archive, track_writes=True)
+        archive.on_write = self.ledger.archived
         self.current: dict[str, Any] = {}
         self.calls_before = 0
         self.clock = time.perf_counter()
@@ -167,6 +179,16 @@ class Recorder:
     def attach(self, session: Session) -> None:
         self.session = session
         self.marks = self._marks()
+
+    def feed(self, msg: Message) -> None:
+        """``msg`` joins the original conversation (given to the session, or produced by it)."""
+        self.fed.append(msg)
+        self.ledger.add_original(msg)
+
+    @property
+    def losses(self) -> Losses:
+        """Chars lost per field, as of the last probe."""
+        return self.ledger.losses
 
     def start_turn(self, turn: int) -> None:
         self.turn, self.attempt = turn, 0
@@ -208,7 +230,8 @@ class Recorder:
         self.in_failure = False
         self.attempt += 1
         if self.level is not None:
-            self.lost = chars_lost(self.fed, self.session.history, self.archive)
+            self.ledger.observe(self.session.history)
+            self.lost = self.ledger.losses.total
         marks = self._marks()
         calls, tokens, cost, archived = (now - before for now, before in zip(marks, self.marks, strict=True))
         self.marks = marks
@@ -293,6 +316,7 @@ class Recorder:
             self._finish_pending("failed")
 
     def finish(self, final: Sequence[Message]) -> None:
-        self.lost = chars_lost(self.fed, final, self.archive)
+        self.ledger.observe(final)
+        self.lost = self.ledger.losses.total
         if self.records:
             self.records[-1] = dataclasses.replace(self.records[-1], chars_lost=self.lost)

@@ -40,16 +40,18 @@ import httpx
 
 from ctxrecover.archive import MemoryArchive
 from ctxrecover.errors import PayloadFloorError, RecoveryError, RecoveryExhausted
-from ctxrecover.events import EventBus, SessionStats
+from ctxrecover.events import EventBus, SessionStats, StatusEvent
 from ctxrecover.messages import Message
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.session import Session
 from simulator.providers.mock import ParsedRequest, Reply
+from simulator.proxy.expectation import Observed
 from simulator.proxy.inprocess import DEFAULT_MOCK_BASE_URL, mount_inprocess
 from simulator.proxy.loopback import TURN_HEADER, LoopbackServer
 from simulator.proxy.middlebox import Middlebox
 from simulator.proxy.scenario import Expectation, Scenario, load_scenario
-from simulator.research.metrics import AttemptRecord, records_to_frame, summarize_run
+from simulator.research.ledger import Losses
+from simulator.research.metrics import AttemptRecord, episodes, records_to_frame, summarize_run
 from simulator.research.retention import fact_survival
 from simulator.summarizers import make_summarizer
 from simulator.transcripts.loaders import Transcript
@@ -68,13 +70,12 @@ from simulator.workloads import (
     workload_transcript,
 )
 
-__all__ = ["ReplayResult", "TRANSPORTS", "expectation_problems", "replay"]
+__all__ = ["ReplayResult", "TRANSPORTS", "expectation_problems", "observed", "replay"]
 
 
 TRANSPORTS: tuple[str, ...] = ("inprocess", "loopback")
 # Sent like a real client's key (its header counts against header-size caps); never a real key.
 REPLAY_API_KEY = "sk-ctxsim-replay-not-a-real-key"
-FLOOR_WARNING_PREFIX = "⚠ System prompt alone is"
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,15 @@ class ReplayResult:
     ``transcript`` is the transcript as given, ``replayed`` as the workload shaped
     it (:func:`shape_transcript`); ``conversation`` the
     messages the session was given or produced (the original that ``chars_lost``
-    checks ``final_history`` and ``archive`` against). ``outcome`` is one of
+    checks ``final_history`` and ``archive`` against; ``losses`` splits it per
+    field, :class:`~simulator.research.ledger.Losses`). ``outcome`` is one of
     :data:`simulator.proxy.scenario.OUTCOMES`; ``error`` the message of the
     :class:`~ctxrecover.errors.RecoveryError` that ended the replay, if any.
     ``divergences`` counts replies that differ from the recording (a truncated
-    answer kept after the escalations ran out).
+    answer kept after the escalations ran out). ``learned_cap`` is the session's
+    payload cap at the end (None when it never learned one); ``summarizer_calls``
+    what each call of the mock summarizer did
+    (:data:`simulator.summarizers.CALL_OUTCOMES`).
     """
 
     run_id: str
@@ -106,10 +111,13 @@ class ReplayResult:
     archive: MemoryArchive
     stats: SessionStats
     chars_lost: int
+    losses: Losses
     fact_survival: float
     outcome: str
     turns: int
     turns_completed: int
+    learned_cap: int | None = None
+    summarizer_calls: tuple[str, ...] = ()
     divergences: int = 0
     error: str | None = None
 
@@ -139,6 +147,11 @@ class ReplayResult:
     def notices(self) -> list[str]:
         """Every notice text of the replay, in order (the ``✖`` floor text included)."""
         return [line for record in self.records for line in record.notices.split("\n") if line]
+
+    @property
+    def status_lines(self) -> list[str]:
+        """Every compaction status line of the replay (``📦 Compacting history …``, …), in order."""
+        return [e.item.message for e in self.events if isinstance(e.item, StatusEvent)]
 
     @property
     def failure_kinds(self) -> list[str]:
@@ -300,8 +313,11 @@ def replay(
         policy_name=policy_name, seed=seed, transport=transport, records=records,
         events=tuple(recorder.events), conversation=tuple(recorder.fed), final_history=tuple(final),
         archive=archive, stats=dataclasses.replace(session.stats), chars_lost=recorder.lost,
+        losses=recorder.losses,
         fact_survival=fact_survival(shaped.facts, final, archive),
         outcome=_run_outcome(records, session.stats, error), turns=len(turns), turns_completed=completed,
+        learned_cap=session.learned_cap,
+        summarizer_calls=tuple(call.outcome for call in getattr(summarizer, "calls", ())),
         divergences=divergences, error=None if error is None else str(error),
     )
 
@@ -328,7 +344,7 @@ def _drive(session: Session, recorder: Recorder, script: _Script, turns: list[Tu
         for msg in messages:
             msg = _remap(msg, ids)
             session.add(msg)
-            recorder.fed.append(msg)
+            recorder.feed(msg)
 
     for index, turn in enumerate(turns):
         recorder.start_turn(index)
@@ -339,7 +355,7 @@ def _drive(session: Session, recorder: Recorder, script: _Script, turns: list[Tu
         except RecoveryError as error:
             recorder.turn_failed(error)
             return error, index, divergences
-        recorder.fed.append(produced)
+        recorder.feed(produced)
         divergences += not _same_reply(turn.reply, produced)
         ids.update({rec.id: got.id for rec, got in zip(turn.reply.tool_calls, produced.tool_calls,
                                                          strict=False) if rec.id != got.id})
@@ -348,23 +364,29 @@ def _drive(session: Session, recorder: Recorder, script: _Script, turns: list[Tu
     return None, len(turns), divergences
 
 
+def observed(result: ReplayResult) -> Observed:
+    """What ``result`` showed, in the terms of a scenario's ``[expect]`` table."""
+    per_episode = episodes(result.frame)["rejected_requests"] if result.records else ()
+    return Observed(
+        outcome=result.outcome,
+        failure_kinds=tuple(result.failure_kinds),
+        compaction_level=result.max_compaction_level,
+        rejected_requests=tuple(int(n) for n in per_episode),
+        learned_cap=result.learned_cap,
+        summarizer_calls=result.summarizer_calls,
+        lines=(*result.notices, *result.status_lines, *([result.error] if result.error else [])),
+    )
+
+
 def expectation_problems(result: ReplayResult, expect: Expectation | None = None) -> list[str]:
     """How ``result`` falls short of the scenario's ``[expect]`` section (empty when it meets it).
 
-    Checks the run outcome, the first failure kind, the highest compaction level,
-    the floor warning when expected, and that no character was lost.
+    Checks every field the expectation names (:mod:`simulator.proxy.expectation`),
+    and that no character was lost, per field.
     """
     expect = expect or result.scenario.expect
-    problems = []
-    if result.outcome != expect.outcome:
-        problems.append(f"outcome {result.outcome}, expected {expect.outcome}")
-    kinds = result.failure_kinds
-    if expect.failure_kind is not None and (not kinds or kinds[0] != expect.failure_kind):
-        problems.append(f"first failure {kinds[0] if kinds else 'none'}, expected {expect.failure_kind}")
-    if expect.compaction_level is not None and result.max_compaction_level != expect.compaction_level:
-        problems.append(f"compaction level {result.max_compaction_level}, expected {expect.compaction_level}")
-    if expect.floor_warning and not any(n.startswith(FLOOR_WARNING_PREFIX) for n in result.notices):
-        problems.append("no floor warning notice")
+    problems = expect.problems(observed(result))
     if result.chars_lost:
-        problems.append(f"{result.chars_lost} chars lost")
+        by_field = ", ".join(f"{name} {chars:,}" for name, chars in result.losses.nonzero().items())
+        problems.append(f"{by_field}: {result.chars_lost} chars lost")
     return problems

@@ -2,8 +2,9 @@
 
 Each one implements :class:`ctxrecover.summarize.Summarizer` (``window_tokens`` and
 ``summarize(prompt, *, instruction, timeout, cancel)``), records every call on
-``.calls`` and reports usage at ``ceil(chars / 4)`` tokens, priced from
-:data:`SUMMARIZER_PRICES`. Failed calls report no usage (a failing API returns none).
+``.calls`` — with what the call did, one of :data:`CALL_OUTCOMES` — and reports usage
+at ``ceil(chars / 4)`` tokens, priced from :data:`SUMMARIZER_PRICES`. Failed calls
+report no usage (a failing API returns none).
 
 =================  =====================================================================
 behaviour          answer
@@ -22,8 +23,8 @@ behaviour          answer
 >>> s = make_summarizer("refusing")
 >>> s.summarize("hello").text
 "I'm sorry, I cannot help with that."
->>> len(s.calls), s.input_tokens
-(1, 2)
+>>> len(s.calls), s.input_tokens, s.calls[0].outcome
+(1, 2, 'refused')
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ctxrecover.summarize import CancelToken, SummaryResult
 
 __all__ = [
     "BEHAVIOURS",
+    "CALL_OUTCOMES",
     "DEFAULT_SUMMARIZER_MODEL",
     "ExtractiveSummarizer",
     "FailingSummarizer",
@@ -78,6 +80,16 @@ SUMMARIZER_PRICES: Mapping[str, ModelPrice] = MappingProxyType(
     }
 )
 DEFAULT_SUMMARIZER_MODEL = "mock-gpt-4o-mini"
+# What one call did (SummarizerCall.outcome; a scenario's [expect] summarizer names one of these).
+CALL_OUTCOMES: tuple[str, ...] = (
+    "answered",    # a summary text
+    "refused",     # a refusal text (the quality gate rejects it)
+    "too_short",   # a text too short for its segment (the quality gate rejects it)
+    "failed",      # raised SummarizerError (an HTTP 500)
+    "overflowed",  # raised SummarizerError: the prompt is over the summarizer's own window
+    "timed_out",   # raised SummarizerError: the call's timeout ran out
+    "cancelled",   # raised CompactionCancelled
+)
 CHARS_PER_TOKEN = 4
 DEFAULT_WINDOW_TOKENS = 128_000
 
@@ -145,7 +157,10 @@ ERROR_RE = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class SummarizerCall:
-    """One recorded ``summarize`` call: what was asked, what came back or went wrong, its usage."""
+    """One recorded ``summarize`` call: what was asked, what came back or went wrong, its usage.
+
+    ``outcome`` says what the call did, one of :data:`CALL_OUTCOMES`.
+    """
 
     prompt: str
     instruction: str | None
@@ -155,6 +170,7 @@ class SummarizerCall:
     input_tokens: int
     output_tokens: int
     cost_usd: float
+    outcome: str
 
 
 def _tokens(text: str) -> int:
@@ -171,10 +187,14 @@ class MockSummarizer:
     """Base of the mocks: validation, call recording, usage and cost.
 
     Subclasses implement ``_answer``; it may raise :class:`SummarizerError` or
-    :class:`CompactionCancelled` (recorded, then re-raised).
+    :class:`CompactionCancelled` (recorded, then re-raised). ``answered`` and
+    ``error_outcome`` name what a text answer and a :class:`SummarizerError` are
+    (:data:`CALL_OUTCOMES`).
     """
 
     behaviour: ClassVar[str] = ""
+    answered: ClassVar[str] = "answered"
+    error_outcome: ClassVar[str] = "failed"
 
     def __init__(
         self, *, model: str = DEFAULT_SUMMARIZER_MODEL, window_tokens: int = DEFAULT_WINDOW_TOKENS
@@ -209,13 +229,16 @@ class MockSummarizer:
                 cancel.raise_if_cancelled()
             text = self._answer(prompt, timeout=timeout, cancel=cancel)
         except (SummarizerError, CompactionCancelled) as exc:
-            self.calls.append(SummarizerCall(prompt, instruction, timeout, None, str(exc), 0, 0, 0.0))
+            outcome = "cancelled" if isinstance(exc, CompactionCancelled) else self.error_outcome
+            self.calls.append(
+                SummarizerCall(prompt, instruction, timeout, None, str(exc), 0, 0, 0.0, outcome)
+            )
             raise
         input_tokens, output_tokens = _tokens(prompt), _tokens(text)
         cost = (input_tokens * self.price.input + output_tokens * self.price.output) / 1_000_000
-        self.calls.append(
-            SummarizerCall(prompt, instruction, timeout, text, None, input_tokens, output_tokens, cost)
-        )
+        self.calls.append(SummarizerCall(
+            prompt, instruction, timeout, text, None, input_tokens, output_tokens, cost, self.answered
+        ))
         return SummaryResult(
             text=text, input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost, model=self.model
         )
@@ -390,6 +413,7 @@ class SlowSummarizer(ExtractiveSummarizer):
     """
 
     behaviour = "slow"
+    error_outcome = "timed_out"
 
     def __init__(
         self,
@@ -435,6 +459,7 @@ class OverflowingSummarizer(ExtractiveSummarizer):
     """
 
     behaviour = "overflowing"
+    error_outcome = "overflowed"
 
     def __init__(
         self, *, window_tokens: int = OVERFLOW_WINDOW_TOKENS, model: str = DEFAULT_SUMMARIZER_MODEL
@@ -494,6 +519,7 @@ class RefusingSummarizer(FixedSummarizer):
     """Answers a refusal; the quality gate rejects it."""
 
     behaviour = "refusing"
+    answered = "refused"
     default_text = REFUSAL_TEXT
 
 
@@ -501,6 +527,7 @@ class TooShortSummarizer(FixedSummarizer):
     """Answers ``ok``; the quality gate rejects it for any segment of 1 500 chars or more."""
 
     behaviour = "too-short"
+    answered = "too_short"
     default_text = TOO_SHORT_TEXT
 
 

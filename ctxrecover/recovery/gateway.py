@@ -384,13 +384,18 @@ def _recorded(entries: tuple[Rejection, ...], signature: str, size: int) -> tupl
     return (*(r for r in entries if r.signature != signature), entry)
 
 
-def cap_notice(before: GatewayModel, after: GatewayModel) -> Notice | None:
+def cap_notice(before: GatewayModel, after: GatewayModel, *, accepted: bool = False) -> Notice | None:
     """The notice for a change of the learned cap, or None when it did not change (SPEC §6.1, §11).
 
-    A learned cap set or moved says the §6.1 line with the smallest rejection; the 4 MB
-    assumption says its own §6.1 line; a cap that no longer holds is said lifted.
+    A learned cap set or moved by a rejection says the §6.1 line with the smallest
+    rejection; the 4 MB assumption says its own §6.1 line; a cap that no longer holds is
+    said lifted. With ``accepted`` (the change came from an accepted request) a cap that
+    merely rose inside its interval is not announced again: the rejection that set it
+    was, and requests that grow turn by turn would otherwise repeat it every turn.
     """
     if after.learned_cap == before.learned_cap:
+        return None
+    if accepted and after.learned_cap is not None and before.learned_cap is not None:
         return None
     if after.learned_cap is None:
         return Notice(

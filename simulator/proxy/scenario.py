@@ -27,9 +27,12 @@ summarizer behaves, what workload to replay and what outcome to expect::
     [policy]                      # ctxrecover Policy overrides (validated by Policy.replace)
     context_window = 8000
 
-    [expect]
+    [expect]                      # simulator.proxy.expectation documents every field
     outcome = "recovered"         # see OUTCOMES
     failure_kind = "waf_rejection"
+    rejected_requests = [1]       # per failure episode: one rejection, then the run goes on
+    cap_learned = true
+    notices = ["ℹ Gateway rejected a %s request — payload cap set to %s"]  # a SPEC text; %s: any value
 
 :func:`load_scenario` takes a bundled name (``fixtures/scenarios/<name>.toml``)
 or a path; :func:`list_scenarios` lists the bundled names. Every problem raises
@@ -55,6 +58,13 @@ from typing import Any
 from ctxrecover.errors import ConfigError
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from simulator.providers.mock import FORMATS, MockProvider, Script
+from simulator.proxy.expectation import (
+    EXPECT_FIELDS,
+    FAILURE_KINDS,
+    OUTCOMES,
+    Expectation,
+    expectation_from_table,
+)
 from simulator.proxy.fault_specs import (
     FieldProblem,
     ScenarioError,
@@ -92,24 +102,9 @@ SUMMARIZER_KEYS: tuple[str, ...] = ("behaviour", "context_window")
 WORKLOAD_KEYS: tuple[str, ...] = (
     "history_bytes", "max_tokens", "reply_tokens", "system_prompt_bytes", "transcript", "turns",
 )
-EXPECT_KEYS: tuple[str, ...] = ("compaction_level", "failure_kind", "floor_warning", "outcome")
+EXPECT_KEYS: tuple[str, ...] = tuple(EXPECT_FIELDS)
 SUMMARIZER_BEHAVIOURS: tuple[str, ...] = (
     "extractive", "refusing", "too-short", "slow", "failing", "overflowing",
-)
-# What a replay of the scenario must end with (the run's final outcome).
-OUTCOMES: tuple[str, ...] = (
-    "ok",               # every request succeeds at once
-    "recovered",        # a rejection was recovered by compaction and the run completed
-    "retried",          # a failure was resolved by a plain retry, without compaction
-    "escalated",        # output truncation was handled by max-token escalation
-    "no_compaction",    # the failure surfaced to the caller and the history was not compacted
-    "fail_fast_floor",  # the system prompt alone is over the limit: failed without spending attempts
-    "failed",           # every recovery attempt was spent; the error surfaced with the history intact
-)
-# The classify kinds of SPEC §2.
-FAILURE_KINDS: tuple[str, ...] = (
-    "context_overflow", "payload_too_large", "waf_rejection", "suspected_payload", "malformed_history",
-    "output_truncated", "auth", "rate_limit", "transient_network", "other", "ok",
 )
 DEFAULT_MODELS: Mapping[str, str] = MappingProxyType(
     {
@@ -162,16 +157,6 @@ class Workload:
     max_tokens: int | None = None
     reply_tokens: int | None = None
     turns: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Expectation:
-    """What a replay of the scenario must show."""
-
-    outcome: str
-    failure_kind: str | None = None
-    compaction_level: int | None = None
-    floor_warning: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,16 +258,10 @@ def _provider(reader: _Reader, document: Mapping[str, Any]) -> ProviderSpec:
 def _expectation(reader: _Reader, document: Mapping[str, Any]) -> Expectation:
     if "expect" not in document:
         raise reader.fail(f"[expect] section is missing; it needs outcome = one of {', '.join(OUTCOMES)}")
-    values = reader.typed("expect", reader.section(document, "expect", EXPECT_KEYS), Expectation)
-    if "outcome" not in values:
-        raise reader.fail(f"[expect] outcome is missing; valid outcomes: {', '.join(OUTCOMES)}")
-    reader.choice("expect", "outcome", values["outcome"], OUTCOMES)
-    if values.get("failure_kind") is not None:
-        reader.choice("expect", "failure_kind", values["failure_kind"], FAILURE_KINDS)
-    level = values.get("compaction_level")
-    if level is not None and level not in (1, 2, 3):
-        raise reader.fail(f"[expect] compaction_level must be 1, 2 or 3, got {level}")
-    return Expectation(**values)
+    table = document["expect"]
+    if not isinstance(table, dict):
+        raise reader.fail(f"[expect] must be a table, got {table!r}")
+    return expectation_from_table(table, f"{reader.file}: [expect]")
 
 
 def _policy(reader: _Reader, document: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

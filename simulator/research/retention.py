@@ -1,9 +1,13 @@
 """Retention probes, computed independently of the library's bookkeeping.
 
-:func:`chars_lost` checks every character of the original transcript against the final
-history plus the archive entries reachable from its ``<<ccr:KEY>>`` markers (followed
-transitively). An archived entry that no marker reaches counts as lost: the model
-could never recall it.
+:func:`chars_lost` (and :func:`field_losses`, per field) counts the original
+pieces — roles, contents, tool names, call ids, arguments, image bytes — whose
+own occurrence neither the final history nor recall from its ``<<ccr:KEY>>``
+markers (followed transitively) gives back: :class:`~simulator.research.ledger.LossLedger`,
+occurrences not substrings. An archived entry that no marker reaches counts as
+lost: the model could never recall it. :func:`fact_survival` asks a looser
+question on purpose: is a tagged fact's text anywhere in the history or in
+what recall can reach?
 
 >>> from ctxrecover.archive import MemoryArchive, marker
 >>> from ctxrecover.messages import Message
@@ -11,34 +15,39 @@ could never recall it.
 >>> original = [Message.user("go"), Message.assistant("a long answer")]
 >>> final = [Message.user("go"), Message.assistant(f"[cut {marker(store.put('a long answer'))}]")]
 >>> chars_lost(original, final, store), chars_lost(original, final[:1], store)
-(0, 13)
+(0, 22)
+>>> field_losses(original, final[:1], store).nonzero()
+{'role': 9, 'content': 13}
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ctxrecover.archive import extract_keys
 from ctxrecover.passes.pairing import validate_pairing
+from simulator.research.ledger import Losses, LossLedger
 
 if TYPE_CHECKING:
 
     from ctxrecover.archive import Archive
     from ctxrecover.messages import Message
 
-__all__ = ["chars_lost", "fact_survival", "recall_reachability", "summary_growth", "tool_pair_validity"]
+__all__ = [
+    "chars_lost",
+    "fact_survival",
+    "field_losses",
+    "recall_reachability",
+    "summary_growth",
+    "tool_pair_validity",
+]
 
 
-# -- retention probes ----------------------------------------------------------------------------
-TEXT_SEPARATOR = "\x00"  # between texts of the haystack, so no match spans two of them
-NEXT_MESSAGE_WINDOW = 4096  # chars past the previous hit where the next message is looked for first
-PROOF_FILTER_MIN_CHARS = 1_000_000  # below this a full scan is cheaper than building hash sets
+TEXT_SEPARATOR = "\x00"  # between texts of the haystack, so no fact matches across two of them
 
 
-# -- retention probes ------------------------------------------------------------------------
 class _Fact(Protocol):
     @property
     def value(self) -> str: ...
@@ -71,82 +80,27 @@ def _reachable_entries(final_texts: Sequence[str], archive: Archive | None) -> l
     return entries
 
 
-class _Haystack:
-    """Substring search over the final history plus its reachable archive entries.
+def field_losses(original: Sequence[Message], final: Sequence[Message], archive: Archive | None) -> Losses:
+    """Chars of ``original`` lost per field: occurrences neither ``final`` nor recall from it give back.
 
-    Fast paths, cheapest first: exact text equality; the next message right after the
-    previous hit (dropped ranges are archived in order); filters that prove absence
-    (the interior lines and interior whitespace tokens of a substring are whole lines
-    and tokens of the haystack; sets of their hashes, built on first need); then one
-    scan of the joined haystack, starting at the previous hit.
+    One-shot use of :class:`~simulator.research.ledger.LossLedger` (the replay's
+    recorder keeps one incrementally, and counts archive writes too, which makes
+    it exact when identical content is archived several times).
     """
-
-    def __init__(self, texts: list[str]) -> None:
-        self.texts = texts
-        self.exact = set(texts)
-        self.joined = TEXT_SEPARATOR.join(texts)
-        self.starts: list[int] = []
-        offset = 0
-        for text in texts:
-            self.starts.append(offset)
-            offset += len(text) + len(TEXT_SEPARATOR)
-        self.cursor = (0, 0)
-        self._line_hashes: set[int] | None = None
-        self._token_hashes: set[int] | None = None
-
-    def __contains__(self, piece: str) -> bool:
-        if not piece or piece in self.exact:
-            return True
-        index, position = self.cursor
-        if index < len(self.texts):
-            hit = self.texts[index].find(piece, position, position + len(piece) + NEXT_MESSAGE_WINDOW)
-            if hit >= 0:
-                self.cursor = (index, hit + len(piece))
-                return True
-        if len(self.joined) >= PROOF_FILTER_MIN_CHARS and self._provably_absent(piece):
-            return False
-        resume = self.starts[index] + position if index < len(self.texts) else 0
-        hit = self.joined.find(piece, resume)
-        if hit < 0:
-            hit = self.joined.find(piece, 0, resume + len(piece))
-        if hit < 0:
-            return False
-        index = bisect.bisect_right(self.starts, hit) - 1
-        self.cursor = (index, hit - self.starts[index] + len(piece))
-        return True
-
-    def _provably_absent(self, piece: str) -> bool:
-        lines = piece.split("\n")[1:-1]
-        if lines:
-            if self._line_hashes is None:
-                self._line_hashes = {hash(line) for text in self.texts for line in text.split("\n")}
-            if not self._line_hashes.issuperset(map(hash, lines)):
-                return True
-        tokens = piece.split()[1:-1]
-        if tokens:
-            if self._token_hashes is None:
-                self._token_hashes = {hash(token) for text in self.texts for token in text.split()}
-            if not self._token_hashes.issuperset(map(hash, tokens)):
-                return True
-        return False
-
-
-def _haystack(final: Sequence[Message], archive: Archive | None) -> _Haystack:
-    final_texts = list(_texts(final))
-    return _Haystack(final_texts + _reachable_entries(final_texts, archive))
+    ledger = LossLedger(archive)
+    ledger.add_originals(original)
+    ledger.observe(final)
+    return ledger.losses
 
 
 def chars_lost(original: Sequence[Message], final: Sequence[Message], archive: Archive | None) -> int:
-    """Chars of ``original`` that neither the final history nor recall can give back.
+    """Chars of ``original`` that neither the final history nor recall can give back (all fields).
 
-    Each message content and tool-call argument text of ``original`` counts as kept
-    when it appears as a substring of a final-history text or of an archive entry
-    reachable from the final history's markers (transitively); otherwise all its chars
-    count as lost. Entries no marker reaches count as lost. Independent of the
-    library's own accounting; a 5 MB transcript takes well under a second.
+    Occurrences, not substrings: a dropped message quoted inside a kept one is
+    lost, and so is one of two identical messages when only one occurrence
+    survives. See :func:`field_losses` for the split per field.
     """
-    haystack = _haystack(final, archive)
-    return sum(len(piece) for piece in _texts(original) if piece not in haystack)
+    return field_losses(original, final, archive).total
 
 
 def recall_reachability(final: Sequence[Message], archive: Archive | None) -> float:
@@ -160,11 +114,17 @@ def recall_reachability(final: Sequence[Message], archive: Archive | None) -> fl
 
 
 def fact_survival(facts: Iterable[_Fact], final: Sequence[Message], archive: Archive | None) -> float:
-    """Share of ``facts`` whose ``.value`` is in ``final`` or recallable from it (1.0 with none)."""
+    """Share of ``facts`` whose ``.value`` is in ``final`` or recallable from it (1.0 with none).
+
+    A fact survives when its text occurs anywhere in a final-history text or in an
+    archive entry reachable from the final history's markers (a substring test: a
+    fact is a detail inside a message, such as a path or a ticket id).
+    """
     values = [fact.value for fact in facts]
     if not values:
         return 1.0
-    haystack = _haystack(final, archive)
+    final_texts = list(_texts(final))
+    haystack = TEXT_SEPARATOR.join(final_texts + _reachable_entries(final_texts, archive))
     return sum(value in haystack for value in values) / len(values)
 
 

@@ -103,6 +103,16 @@ def test_recovery_bench_counts_proxy_episodes_and_summarizer_cost(bench: Any) ->
     assert p6["ratio"] is None or p6["ratio"] >= 0
 
 
+def test_long_replay_bench_times_early_and_late_turns_of_a_compacting_replay(bench: Any) -> None:
+    long_replay = bench("bench_long_replay")
+    result = long_replay.run(session_turns=70, repeats=1)
+    assert result["turns"] > long_replay.EARLY_WINDOW[1]
+    assert result["late_window"] == [max(150, result["turns"] - 100), result["turns"]]
+    assert result["compactions"] > result["turns"] // 10  # compaction-heavy
+    assert result["outcome"] == "ok" and result["chars_lost"] == 0
+    assert _finite(result["early_ms"]) and _finite(result["late_ms"]) and _finite(result["ratio"])
+
+
 def test_run_writes_one_key_per_measure_and_keeps_the_prose(
     bench: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -127,8 +137,8 @@ def test_run_writes_one_key_per_measure_and_keeps_the_prose(
 
 def test_run_rejects_an_unknown_benchmark_id(bench: Any) -> None:
     runner = bench("run")
-    with pytest.raises(SystemExit, match="unknown benchmark P7"):
-        runner.main(["--only", "P7"])
+    with pytest.raises(SystemExit, match="unknown benchmark P8"):
+        runner.main(["--only", "P8"])
 
 
 def test_classify_peers_bench_scores_ctxrecover_and_reports_a_missing_peer(

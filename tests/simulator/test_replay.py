@@ -12,8 +12,10 @@ from ctxrecover.messages import Message, ToolCall
 from ctxrecover.sizes import total_weight
 from simulator.proxy.scenario import Expectation, Scenario, Workload, load_scenario
 from simulator.recorder import ReplayEvent, proxy_cap
-from simulator.replay import ReplayResult, expectation_problems, replay
+from simulator.replay import ReplayResult, expectation_problems, observed, replay
+from simulator.research.baselines import BASELINES
 from simulator.research.metrics import RUN_COLUMNS, AttemptRecord
+from simulator.research.retention import field_losses
 from simulator.research.run_files import write_attempts_csv
 from simulator.transcripts.loaders import Fact, transcript_from_messages
 from simulator.workloads import (
@@ -245,6 +247,31 @@ def test_expectation_problems_name_what_differs(waf: Waf) -> None:
         "first failure waf_rejection, expected rate_limit",
         f"compaction level {result.max_compaction_level}, expected 1",
     ]
+
+
+def test_observed_is_what_the_expect_table_checks(waf: Waf) -> None:
+    result, _ = waf
+    seen = observed(result)
+    assert (seen.outcome, seen.failure_kinds) == ("recovered", ("waf_rejection",))
+    assert seen.rejected_requests == (1,)
+    assert seen.learned_cap == result.learned_cap == result.records[-1].learned_cap
+    assert seen.learned_cap is not None
+    assert seen.summarizer_calls == result.summarizer_calls
+    assert set(seen.summarizer_calls) == {"answered"}  # each planned compaction's summary was accepted
+    assert RECOVERABLE_WAF in seen.lines
+    assert "✂ Emergency truncation — old messages dropped" in result.status_lines
+    assert set(result.status_lines) <= set(seen.lines)
+
+
+def test_the_recorder_ledger_counts_what_a_lossy_strategy_drops_per_field() -> None:
+    result = replay("chat-50k", "openai-128k-overflow", strategy=BASELINES["langchain-keep-last-n"])
+
+    assert result.chars_lost == result.losses.total == result.records[-1].chars_lost > 0
+    assert result.losses.content > 0 and result.losses.role > 0
+    one_shot = field_losses(result.conversation, result.final_history, result.archive)
+    assert one_shot.total <= result.losses.total  # without write counts the one-shot ledger may count less
+    by_field = ", ".join(f"{name} {chars:,}" for name, chars in result.losses.nonzero().items())
+    assert expectation_problems(result)[-1] == f"{by_field}: {result.chars_lost} chars lost"
 
 
 def test_bad_transport_and_a_transcript_without_replies_are_replay_errors() -> None:

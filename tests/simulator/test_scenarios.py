@@ -1,4 +1,5 @@
-"""Every bundled scenario, replayed end to end through a real Session, meets its ``[expect]`` section.
+"""Every bundled scenario, replayed end to end through a real Session, meets its ``[expect]`` section,
+and misses it under the wrong behaviour: each expectation is falsifiable.
 
 Each scenario runs on a small bundled transcript chosen so the scenario's fault is
 actually reached (see ``CASES``). Two scenarios need a wider window than their
@@ -6,20 +7,38 @@ actually reached (see ``CASES``). Two scenarios need a wider window than their
 300 KB and the mock rejects prompts over 512 KB, so no request ever reaches the
 512 KB EOF or the 1 MB nginx cap; their cases run with a 1M-token window on both
 sides (a gpt-4.1-class deployment), faults and expectations unchanged.
+
+The falsification tests replay each scenario again with something wrong (see
+``WRONG``): its healthy twin (no fault, a working summarizer, a window as large as
+the policy's, no max_tokens limit), a working or absent summarizer where it should
+refuse or overflow, no recovery, a cap never learned, no escalation — and check
+that the scenario's own expectation then fails. Which wrong behaviours apply
+follows from the scenario itself, and the healthy twin applies to every one: a new
+scenario whose expectation its healthy twin meets fails the suite.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ctxrecover.events import PreCompact, StatusEvent
-from ctxrecover.policy import DEFAULT_POLICY
-from simulator.proxy.scenario import list_scenarios, load_scenario
+from ctxrecover.policy import DEFAULT_POLICY, Policy
+from ctxrecover.recovery import GatewayModel
+from simulator.proxy.scenario import (
+    DEFAULT_CONTEXT_WINDOWS,
+    Scenario,
+    SummarizerSpec,
+    list_scenarios,
+    load_scenario,
+)
 from simulator.replay import ReplayResult, expectation_problems, replay
+from simulator.research.baselines import BASELINES, Strategy
 from simulator.transcripts.generator import generate_session
 from simulator.transcripts.loaders import Transcript, load_transcript
 
@@ -63,8 +82,8 @@ CASES: dict[str, Case] = {
     "summarizer-refuses": Case("coding-120k"),
 }
 
-@functools.cache
-def run(name: str, transport: str = "inprocess") -> ReplayResult:
+def case_inputs(name: str) -> tuple[Transcript | str | None, Scenario, Policy]:
+    """The transcript, scenario and policy a scenario's case replays."""
     case = CASES[name]
     scenario = load_scenario(name)
     policy = DEFAULT_POLICY
@@ -74,7 +93,18 @@ def run(name: str, transport: str = "inprocess") -> ReplayResult:
         policy = policy.replace(context_window=WIDE_WINDOW)
     transcript: Transcript | str | None = case.transcript
     if transcript == "big-chat":
-        transcript = generate_session(**BIG_CHAT)  # type: ignore[arg-type]
+        transcript = big_chat()
+    return transcript, scenario, policy
+
+
+@functools.cache
+def big_chat() -> Transcript:
+    return generate_session(**BIG_CHAT)  # type: ignore[arg-type]
+
+
+@functools.cache
+def run(name: str, transport: str = "inprocess") -> ReplayResult:
+    transcript, scenario, policy = case_inputs(name)
     return replay(transcript, scenario, policy=policy, transport=transport)
 
 
@@ -184,6 +214,101 @@ def test_max_tokens_truncation_escalates_instead_of_compacting() -> None:
 
     assert result.stats.escalations >= 1 and result.stats.compactions == 0
     assert "truncated" in [r.outcome for r in result.records]
+
+
+# -- falsifiable: the wrong behaviour misses each scenario's expectation ----------------------------------
+RECOVERABLE_KINDS = ("context_overflow", "payload_too_large", "waf_rejection", "suspected_payload")
+NEVER_LEARNS_A_CAP = Strategy(
+    "never-learns-a-cap", "ctxrecover whose payload rejections teach no cap (only a configured one applies).",
+    "ablation of ctxrecover.recovery.GatewayModel's cap strategy",
+    factory=lambda policy, archive, events, stats, summarizer: {
+        "gateway": GatewayModel(configured_cap=policy.payload_cap, strategy="none")
+    },
+)
+
+
+def healthy_twin(scenario: Scenario) -> Scenario:
+    """``scenario`` without what makes it fail: no fault, a working summarizer, room for every prompt."""
+    policy_window = dict(scenario.policy).get("context_window") or 0
+    window = max(scenario.provider.context_window, DEFAULT_CONTEXT_WINDOWS[scenario.provider.format],
+                 policy_window)
+    provider = dataclasses.replace(scenario.provider, context_window=window, max_output_tokens_cap=None)
+    workload = dataclasses.replace(scenario.workload, max_tokens=None)
+    return dataclasses.replace(scenario, faults=(), summarizer=SummarizerSpec(), provider=provider,
+                               workload=workload)
+
+
+@dataclasses.dataclass(frozen=True)
+class Wrong:
+    """A wrong behaviour: when it applies to a scenario, and how it changes the replay's inputs."""
+
+    name: str
+    applies: Callable[[Scenario], bool]
+    scenario: Callable[[Scenario], Scenario] = lambda scenario: scenario
+    policy: tuple[tuple[str, Any], ...] = ()
+    strategy: Strategy | None = None
+
+
+def _summarizer_misbehaves(scenario: Scenario) -> bool:
+    return scenario.summarizer.behaviour != "extractive"
+
+
+def _recovers_or_spends_attempts(scenario: Scenario) -> bool:
+    expect = scenario.expect
+    spends_attempts = expect.outcome == "failed" and expect.failure_kind in RECOVERABLE_KINDS
+    return expect.outcome == "recovered" or spends_attempts
+
+
+WRONG = (
+    Wrong("healthy twin", lambda scenario: True, scenario=healthy_twin),
+    Wrong("working summarizer", _summarizer_misbehaves,
+          scenario=lambda scenario: dataclasses.replace(scenario, summarizer=SummarizerSpec())),
+    Wrong("no summarizer", _summarizer_misbehaves,
+          scenario=lambda scenario: dataclasses.replace(scenario, summarizer=SummarizerSpec("none"))),
+    Wrong("no recovery attempts", _recovers_or_spends_attempts, policy=(("max_recovery_attempts", 0),)),
+    Wrong("no-recovery baseline", _recovers_or_spends_attempts, strategy=BASELINES["no-recovery"]),
+    Wrong("never learns a cap", lambda scenario: scenario.expect.cap_learned is True,
+          strategy=NEVER_LEARNS_A_CAP),
+    Wrong("no escalation", lambda scenario: scenario.expect.outcome == "escalated",
+          policy=(("max_token_escalations", 0),)),
+)
+FALSIFICATIONS = [
+    (name, wrong) for name in list_scenarios() for wrong in WRONG if wrong.applies(load_scenario(name))
+]
+
+
+@functools.cache
+def run_wrong(name: str, wrong: Wrong) -> ReplayResult:
+    transcript, scenario, policy = case_inputs(name)
+    return replay(transcript, wrong.scenario(scenario), policy=policy.replace(**dict(wrong.policy)),
+                  strategy=wrong.strategy, policy_name=wrong.name)
+
+
+@pytest.mark.parametrize(("name", "wrong"), FALSIFICATIONS,
+                         ids=[f"{name}: {wrong.name}" for name, wrong in FALSIFICATIONS])
+def test_the_wrong_behaviour_misses_the_scenarios_expectation(name: str, wrong: Wrong) -> None:
+    result = run_wrong(name, wrong)
+
+    assert expectation_problems(result, load_scenario(name).expect) != [], (
+        f"{name} still meets its [expect] under {wrong.name}: the expectation does not tell them apart"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_healthy_twin_is_healthy(name: str) -> None:
+    result = run_wrong(name, WRONG[0])
+
+    assert (result.outcome, result.failure_kinds, result.chars_lost) == ("ok", [], 0)
+    assert result.turns_completed == result.turns
+
+
+def test_every_scenario_is_checked_against_its_healthy_twin_and_a_wrong_library_behaviour() -> None:
+    applied = {name: [wrong.name for n, wrong in FALSIFICATIONS if n == name] for name in list_scenarios()}
+    assert all(names[0] == "healthy twin" for names in applied.values())
+    # a rate limit and a header fault are answered without recovery, cap or summary: no library knob
+    # turns that wrong, so there the fault itself is what the expectation must see
+    only_the_twin = {name for name, names in applied.items() if len(names) == 1}
+    assert only_the_twin == {"header-431", "rate-limit-429"}
 
 
 # -- public transcript formats ------------------------------------------------------------------------------

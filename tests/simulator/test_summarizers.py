@@ -26,6 +26,7 @@ from ctxrecover.summarize import (
 )
 from simulator.summarizers import (
     BEHAVIOURS,
+    CALL_OUTCOMES,
     INSTANT_SUMMARY,
     REFUSAL_TEXT,
     SECTIONS,
@@ -270,6 +271,34 @@ def test_an_already_cancelled_token_stops_any_mock_before_it_answers() -> None:
     token.cancel()
     with pytest.raises(CompactionCancelled):
         InstantSummarizer().summarize("p", cancel=token)
+
+
+# -- what each call did ----------------------------------------------------------------------------
+def _outcome(summarizer: Summarizer, prompt: str, **options: object) -> str:
+    try:
+        summarizer.summarize(prompt, **options)  # type: ignore[arg-type]
+    except (SummarizerError, CompactionCancelled):
+        pass
+    (call,) = summarizer.calls  # type: ignore[attr-defined]
+    return str(call.outcome)
+
+
+def test_each_call_records_what_it_did() -> None:
+    long_prompt, _ = prompt_for(agent_segment())
+    cancelled = CancelToken()
+    cancelled.cancel()
+    outcomes = [
+        _outcome(ExtractiveSummarizer(), long_prompt),
+        _outcome(RefusingSummarizer(), "p"),
+        _outcome(TooShortSummarizer(), long_prompt),
+        _outcome(FailingSummarizer(), "p"),
+        _outcome(OverflowingSummarizer(), long_prompt),
+        _outcome(SlowSummarizer(10.0, sleep=lambda _s: None), "p", timeout=0.5),
+        _outcome(SlowSummarizer(10.0, sleep=lambda _s: None), "p", cancel=cancelled),
+    ]
+    assert tuple(outcomes) == CALL_OUTCOMES
+    assert _outcome(InstantSummarizer(), "p") == "answered"
+    assert _outcome(OverflowingSummarizer(window_tokens=WINDOW_TOKENS), long_prompt) == "answered"
 
 
 # -- failing and overflowing -----------------------------------------------------------------------

@@ -265,7 +265,7 @@ def test_setting_a_message_aside_loses_nothing() -> None:
     history = [
         Message.user("go"),
         Message.assistant("", [call("r1", "q.sql")]),
-        Message.tool("r1", "SELECT * FROM users; DROP TABLE x; " + text("rows", 4000), images=(Image(data=PNG),)),
+        Message.tool("r1", "SELECT * FROM t; DROP TABLE x; " + text("rows", 4000), images=(Image(data=PNG),)),
         Message.assistant(text("answer", 200)),
     ]
     out, key = set_aside(history, 2, archive=store)

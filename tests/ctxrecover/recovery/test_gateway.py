@@ -108,6 +108,13 @@ def test_the_cap_rises_when_larger_requests_pass() -> None:
     assert above.learned_cap == 110_000 and above.largest_accepted == 110_000
     notice = cap_notice(below, above)
     assert notice is not None and notice.message == LEARNED % ("126.4 KB", "107.4 KB")
+    # the session says it when a rejection moves the cap; a rise from an accepted request is silent,
+    # or requests that grow turn by turn would repeat the rejection's notice every turn
+    assert cap_notice(below, above, accepted=True) is None
+    lifted = above.accepted(REJECTED + 1, policy=DEFAULT_POLICY)
+    assert lifted.learned_cap is None
+    lift = cap_notice(above, lifted, accepted=True)
+    assert lift is not None and lift.message.startswith("ℹ Gateway accepted a 126.4 KB request")
 
 
 def test_a_request_accepted_at_or_above_a_rejection_lifts_that_evidence() -> None:

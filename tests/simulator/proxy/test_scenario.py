@@ -258,7 +258,7 @@ ERRORS: list[tuple[str, str, str]] = [
      "suspected_payload, malformed_history, output_truncated, auth, rate_limit, transient_network, other, "
      "ok, got 'boom'"),
     ("bad-level", VALID + "compaction_level = 4\n",
-     "{file}: [expect] compaction_level must be 1, 2 or 3, got 4"),
+     "{file}: [expect] compaction_level must be one of 0, 1, 2, 3, got 4"),
     ("bad-behaviour", VALID + '\n[summarizer]\nbehaviour = "lazy"\n',
      "{file}: [summarizer] behaviour must be one of extractive, refusing, too-short, slow, failing, "
      "overflowing, got 'lazy'"),
