@@ -15,7 +15,7 @@ from ctxrecover.policy import CHAT_POLICY, DEFAULT_POLICY, Policy
 from ctxrecover.sizes import parse_payload_size
 from simulator.replay import TRANSPORTS
 from simulator.transcripts.loaders import Transcript
-from simulator.workloads import FIXTURE_TRANSCRIPTS_DIR, load_named_transcript
+from simulator.workloads import bundled_transcripts, load_named_transcript
 
 __all__ = ["POLICY_PRESETS", "CliError", "Parser", "policy_from_spec"]
 
@@ -168,9 +168,8 @@ def run_dir(out: Path | None) -> Path:
 
 
 def fixture_names() -> list[str]:
-    """Every bundled fixture transcript, smallest first."""
-    fixtures = sorted(FIXTURE_TRANSCRIPTS_DIR.glob("*.jsonl"), key=lambda p: p.stat().st_size)
-    return [p.stem for p in fixtures]
+    """Every bundled fixture transcript (synthetic sessions and format fixtures), smallest first."""
+    return bundled_transcripts()
 
 
 def transcripts_option(spec: str) -> list[Transcript | None]:

@@ -26,7 +26,7 @@ from ctxrecover.policy import DEFAULT_POLICY, Policy
 from simulator.proxy.scenario import Scenario, list_scenarios, load_scenario
 from simulator.replay import ReplayResult, replay
 from simulator.research.figures import budget_curve
-from simulator.workloads import FIXTURE_TRANSCRIPTS_DIR
+from simulator.workloads import bundled_transcripts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -162,11 +162,6 @@ def figure_png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _bundled_transcripts() -> list[str]:
-    files = sorted(FIXTURE_TRANSCRIPTS_DIR.glob("*.jsonl"), key=lambda path: path.stat().st_size)
-    return [path.stem for path in files]
-
-
 def replay_controls(
     *,
     scenario: str = DEFAULT_SCENARIO,
@@ -187,7 +182,7 @@ def replay_controls(
     scenarios = list_scenarios()
     if scenario not in scenarios:
         raise ValueError(f"unknown scenario {scenario!r}; bundled: {', '.join(scenarios)}")
-    transcripts = [WORKLOAD_TRANSCRIPT, *_bundled_transcripts()]
+    transcripts = [WORKLOAD_TRANSCRIPT, *bundled_transcripts()]
     if transcript not in transcripts:
         raise ValueError(f"unknown transcript {transcript!r}; use one of {', '.join(transcripts)}")
     if summarizer not in SUMMARIZER_CHOICES:
