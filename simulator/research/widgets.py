@@ -119,7 +119,7 @@ def run_replay(
     )
     chosen = None if transcript == WORKLOAD_TRANSCRIPT else transcript
     result = replay_fn(chosen, spec, policy=policy, seed=seed, policy_name=DASHBOARD_POLICY_NAME)
-    return budget_curve(result.frame), _summary(result)
+    return budget_curve(result.frame, provider_window=spec.provider.context_window), _summary(result)
 
 
 def _summary(result: ReplayResult) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def test_run_replay_returns_the_budget_curve_and_a_summary_of_the_run(spy: Repla
                                  replay_fn=spy)
 
     assert isinstance(figure, Figure)
-    assert "budget curve" in figure.axes[0].get_title()
+    assert "budget curve" in figure.get_suptitle()
     assert (summary["scenario"], summary["transcript"]) == (SCENARIO, "chat-50k")
     assert summary["outcome"] == summary["expected_outcome"] == "recovered"
     assert summary["chars_lost"] == 0
