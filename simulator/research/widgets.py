@@ -46,7 +46,9 @@ __all__ = [
     "summary_frame",
 ]
 
-DEFAULT_SCENARIO = "corporate-128k-waf"
+# The dashboard opens on a scenario where every slider moves the result (tests/simulator/research/
+# test_widgets.py checks two values of each): planned compaction and the recovery ladder both act there.
+DEFAULT_SCENARIO = "bedrock-window-misconfigured"
 # Transcript dropdown entry for "the scenario's own [workload] transcript".
 WORKLOAD_TRANSCRIPT = "(scenario workload)"
 # Summarizer dropdown entry for "the summarizer the scenario names" (no override).
@@ -69,10 +71,18 @@ POLICY_SLIDERS: Mapping[str, tuple[float, float, float, str]] = MappingProxyType
 CONTROL_NAMES: tuple[str, ...] = ("scenario", "transcript", *POLICY_SLIDERS, "summarizer")
 DASHBOARD_POLICY_NAME = "dashboard"
 FIGURE_DPI = 100
+FLOAT_SHOWN = "{:.4g}"  # floats in the summary table: 0.3, not 0.30000000000000004
 PNG_METADATA = MappingProxyType({"Software": None})  # no version stamp: same figure, same bytes
 SLIDER_WIDTH = "460px"
 DESCRIPTION_WIDTH = "110px"
 SUMMARY_COLUMN = "value"
+
+
+def _on_step(name: str, value: float) -> float:
+    """A float slider's value rounded to its step's decimals (a browser sends 0.1 + 4 × 0.05 as
+    0.30000000000000004)."""
+    decimals = len(repr(POLICY_SLIDERS[name][2]).partition(".")[2])
+    return round(value, decimals)
 
 
 def _with_summarizer(scenario: Scenario, behaviour: str) -> Scenario:
@@ -110,7 +120,7 @@ def run_replay(
     if summarizer != SCENARIO_SUMMARIZER:
         spec = _with_summarizer(spec, summarizer)
     policy = base_policy.replace(
-        budget_ratio=budget_ratio,
+        budget_ratio=_on_step("budget_ratio", budget_ratio),
         keep_recent=keep_recent,
         emergency_keep_messages=emergency_keep_messages,
         microcompact_truncate_turns=microcompact_truncate_turns,
@@ -151,8 +161,16 @@ def summary_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
     """A :func:`run_replay` summary as a one-column table (one row per key), for display."""
     import pandas as pd
 
-    values = ["—" if value is None else str(value) for value in summary.values()]
+    values = [_shown(value) for value in summary.values()]
     return pd.DataFrame({SUMMARY_COLUMN: values}, index=pd.Index(list(summary), name="key"))
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return FLOAT_SHOWN.format(value)
+    return str(value)
 
 
 def figure_png(figure: Figure) -> bytes:
@@ -198,6 +216,10 @@ def replay_controls(
         slider = widgets.FloatSlider if isinstance(value, float) else widgets.IntSlider
         controls[name] = slider(value=value, min=low, max=high, step=step, description=label,
                                 continuous_update=False, style=style, layout=layout)
+    # Old tool results are previewed before they are cleared: the "summarize after" slider never goes
+    # below "preview after" (Policy rejects the inverted pair).
+    widgets.dlink((controls["microcompact_truncate_turns"], "value"),
+                  (controls["microcompact_summarize_turns"], "min"))
     controls["summarizer"] = widgets.Dropdown(options=SUMMARIZER_CHOICES, value=summarizer,
                                               description="summarizer", style=style, layout=layout)
     return controls
