@@ -35,7 +35,8 @@ from simulator.proxy.scenario import (
 
 KB = 1024
 BUNDLED = (
-    "anthropic-200k-overflow", "bedrock-window-misconfigured", "cloudflare-waf-403", "corporate-128k-waf", "eof-mid-post-512k",
+    "anthropic-200k-overflow", "bedrock-window-misconfigured", "cloudflare-waf-403", "corporate-128k-waf",
+    "eof-mid-post-512k",
     "floor-too-big", "gemini-1m-overflow", "header-431", "max-tokens-truncation", "nginx-1m-413",
     "openai-128k-overflow", "rate-limit-429", "rst-after-256k", "summarizer-overflows", "summarizer-refuses",
 )
