@@ -47,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(f"{out}: cannot write the run directory: {exc.strerror or exc}") from None
+    from tqdm.auto import tqdm
+
     # The figure worker starts first: it draws each budget curve while the next replays run.
     figures = None if args.no_figures else FigureWriter(out, per_transcript=len(transcripts) > 1)
-    from tqdm.auto import tqdm
 
     results: list[ReplayResult] = []
     with figures or nullcontext(), tqdm(total=len(jobs), desc=PROG, unit="replay", disable=None) as progress:
