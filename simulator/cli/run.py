@@ -49,8 +49,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"{out}: cannot write the run directory: {exc.strerror or exc}") from None
     from tqdm.auto import tqdm
 
-    # The figure worker starts first: it draws each budget curve while the next replays run.
-    figures = None if args.no_figures else FigureWriter(out, per_transcript=len(transcripts) > 1)
+    # Figures are drawn on demand (ctxsim report RUN_DIR, or --figures): drawing them costs about as much
+    # CPU as the replays. With --figures a worker starts first and draws each budget curve while the
+    # next replays run.
+    figures = FigureWriter(out, per_transcript=len(transcripts) > 1) if args.figures else None
 
     results: list[ReplayResult] = []
     with figures or nullcontext(), tqdm(total=len(jobs), desc=PROG, unit="replay", disable=None) as progress:
@@ -92,15 +94,18 @@ def _print_report(results: list[ReplayResult], out: Path, names: list[str]) -> N
         print("\nruns that miss their scenario's [expect]:")
         print("\n".join(f"  {line}" for line in unmet))
     print(f"\nwrote {out}/: {', '.join(names)}")
+    if not any(name.endswith(".png") for name in names):
+        print(f"figures: {PROG} report {out}")
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``run`` subcommand to ``commands``."""
     parser = commands.add_parser("run", help="replay transcripts under scenarios and write a run directory",
                                  description="Replay transcripts under scenarios with one policy; print a "
-                                             "per-scenario summary and write attempts.csv, manifest.json and "
-                                             "PNG figures (a budget curve per run, the outcome matrix). "
-                                             "Exits 1 when a run misses its scenario's [expect].")
+                                             "per-scenario summary and write attempts.csv and manifest.json "
+                                             "(ctxsim report RUN_DIR draws the figures; --figures draws a "
+                                             "budget curve per run and the outcome matrix while the replays "
+                                             "run). Exits 1 when a run misses its scenario's [expect].")
     parser.add_argument("--transcripts", default=WORKLOAD,
                         help=f"comma-separated names or paths; {WORKLOAD!r} (default) replays each "
                              f"scenario's own [workload] transcript, {ALL!r} every bundled fixture")
@@ -111,8 +116,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         help="run directory (default: runs/<UTC timestamp>)")
     parser.add_argument("--no-timing", action="store_true",
                         help="leave elapsed_ms out of attempts.csv (byte-identical files for a seed)")
-    parser.add_argument("--no-figures", action="store_true",
-                        help="skip the PNG figures (ctxsim report RUN_DIR draws them later)")
+    parser.add_argument("--figures", action=argparse.BooleanOptionalAction, default=False,
+                        help="draw a budget curve per run and the outcome matrix as PNG files, in a worker "
+                             "process while the replays run (default: no; ctxsim report RUN_DIR draws them "
+                             "on demand)")
     add_json_option(parser, "the per-scenario and per-run numbers")
     add_report_only_option(parser)
     parser.set_defaults(handler=run)

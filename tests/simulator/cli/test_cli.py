@@ -72,7 +72,7 @@ def test_run_writes_the_csv_manifest_and_figures_and_prints_the_table(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     out = tmp_path / "run"
-    code, stdout, _ = run_cli(capsys, *TINY_RUN, "--out", str(out))
+    code, stdout, _ = run_cli(capsys, *TINY_RUN, "--figures", "--out", str(out))
 
     assert code == 0
     header = stdout.splitlines()[0].split()
@@ -95,6 +95,19 @@ def test_run_writes_the_csv_manifest_and_figures_and_prints_the_table(
     assert manifest["seed"] is None
     assert {r["outcome"] for r in manifest["runs"]} == {"recovered", "no_compaction"}
     assert manifest["scenarios"][0]["provider"]["context_window"] == 200_000
+
+
+def test_run_draws_no_figure_unless_asked_and_says_how_to_draw_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    code, stdout, _ = run_cli(capsys, *TINY_RUN, "--out", str(out))
+
+    assert code == 0 and stdout.splitlines()[-2:] == [
+        f"wrote {out}/: attempts.csv, manifest.json", f"figures: ctxsim report {out}"]
+    assert sorted(p.name for p in out.iterdir()) == ["attempts.csv", "manifest.json"]
+    assert run_cli(capsys, "report", str(out))[0] == 0
+    assert (out / "report" / "outcome-matrix.png").read_bytes().startswith(PNG_MAGIC)
 
 
 def test_version_names_the_installed_package(capsys: pytest.CaptureFixture[str]) -> None:
