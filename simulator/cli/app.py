@@ -2,7 +2,7 @@
 
 ==========  ========================================================================
 ``run``       replay transcripts under scenarios, print a summary table, write a run
-              directory (``attempts.csv``, ``manifest.json``, PNG figures)
+              directory (``attempts.csv``, ``manifest.json``; PNG figures with ``--figures``)
 ``replay``    one replay with its turn log (every event and notice, per turn/attempt)
 ``proxy``     a real loopback HTTP middlebox in front of a mock provider or a real URL
 ``sweep``     policies (presets and peer baselines) × knob grids × scenarios, cached and

@@ -1,9 +1,9 @@
 """What a run directory holds: the attempt CSV, the manifest and the quick-look figures.
 
-The quick look is a budget curve per run and the outcome matrix, drawn by
-:mod:`simulator.research.figures` (the full report is ``ctxsim report RUN_DIR``).
-:class:`FigureWriter` draws them in a worker process while the replays still run, so the
-figures cost the main command next to nothing where a second core is free.
+The quick look (``ctxsim run --figures``) is a budget curve per run and the outcome matrix, drawn
+by :mod:`simulator.research.figures` (the full report is ``ctxsim report RUN_DIR``).
+:class:`FigureWriter` draws them in a worker process while the replays still run: drawing costs
+about as much CPU as the replays, and the overlap hides it only where a core is free.
 """
 
 from __future__ import annotations
