@@ -75,6 +75,7 @@ RATIO_FIELDS: tuple[str, ...] = (
     "level1_budget_factor",
     "learned_cap_factor",
     "bisection_tolerance",
+    "retry_min_reduction",
     "floor_warning_fraction",
     "preflight_cap_fraction",
     "verbatim_budget_fraction",
@@ -211,6 +212,9 @@ class Policy:
     cap_strategy: str = "three_quarters"
     #: Bisection settles on the largest accepted size once its bracket is within this share of the rejection.
     bisection_tolerance: float = 0.02
+    #: A body less than this share below a size-consistent rejection (and above every accepted size) is
+    #: not sent: a retry that small a step down spends a request to learn almost nothing (SPEC §11).
+    retry_min_reduction: float = 0.005
     #: Cap assumed after a payload rejection of unknown size, in bytes.
     assumed_payload_cap: int = 4 * MIB
     #: System prompt at this fraction of the rejected size → floor warning.

@@ -525,8 +525,8 @@ class Session:
         # Compaction did all it could: when its smallest request is still as large as a rejected one,
         # the floor diagnosis says so (whatever the cap strategy: the evidence is the same).
         retry_size = self._size_of(retry)
-        rejected = self._gateway.smallest_rejected or failure.rejected_bytes
-        floor_reached = rejected is not None and retry_size >= rejected
+        limit = self._gateway.hard_limit or self._gateway.smallest_rejected or failure.rejected_bytes
+        floor_reached = limit is not None and retry_size >= limit
         if judged.verdict is Verdict.SIZE_LIMIT and retry is not request and floor_reached:
             error = self._floor_error(failure, turn, retry.max_tokens, smallest=retry_size)
             if error is not None:
@@ -622,6 +622,7 @@ class Session:
             system_bytes=system,
             tools_bytes=tools,
             rejected_bytes=rejected,
+            limit_bytes=self._gateway.hard_limit,
             smallest=smallest
             if smallest is not None
             else lambda: self._request_bytes(least_history(self._history, self.policy), max_tokens),

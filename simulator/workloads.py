@@ -1,8 +1,10 @@
 """What a scenario replays: transcripts found by name, shaped by the scenario's workload, split into turns.
 
 Without a transcript, the scenario's own ``[workload]`` transcript is replayed
-(:func:`workload_transcript`: bundled fixtures, or the public transcripts beside
-the repository when present). The workload also shapes any transcript: it pads
+(:func:`workload_transcript`), always a bundled fixture: the synthetic sessions of
+``fixtures/transcripts/`` or the format fixtures of ``fixtures/transcripts/formats/``
+(one per supported foreign format), so a replay gives the same result on every
+checkout and install. The workload also shapes any transcript: it pads
 the system prompt to ``system_prompt_bytes`` and every recorded reply to
 ``reply_tokens`` (deterministic filler). Assistant messages with neither text nor
 tool calls are skipped (no provider accepts them in a history); an assistant
@@ -17,25 +19,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from ctxrecover.messages import Message
 from ctxrecover.sizes import total_weight
 from simulator.proxy.scenario import Scenario
+from simulator.resources import data_dir
 from simulator.transcripts.generator import generate_session
 from simulator.transcripts.loaders import Transcript, TranscriptError, load_transcript
 
-if TYPE_CHECKING:
-
-    pass
-
 __all__ = [
-    "FALLBACK_TRANSCRIPT",
+    "DEFAULT_TRANSCRIPT",
     "FIXTURE_TRANSCRIPTS_DIR",
+    "FORMAT_FIXTURES_DIR",
     "GENERATED_TRANSCRIPT",
     "ReplayError",
-    "SHARED_TRANSCRIPTS_DIR",
     "Turn",
+    "bundled_transcripts",
     "find_transcript",
     "load_named_transcript",
     "shape_transcript",
@@ -44,12 +43,12 @@ __all__ = [
 ]
 
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-FIXTURE_TRANSCRIPTS_DIR = REPO_ROOT / "fixtures" / "transcripts"
-SHARED_TRANSCRIPTS_DIR = REPO_ROOT.parent / "shared" / "transcripts"
-# A workload names a transcript that is not bundled (the public ones live outside the repo):
-# this bundled agent session stands in for it.
-FALLBACK_TRANSCRIPT = "coding-120k"
+# The bundled transcripts: the synthetic sessions (our JSONL) and, in formats/, one file per foreign format.
+FIXTURE_TRANSCRIPTS_DIR = data_dir("transcripts")
+FORMAT_FIXTURES_DIR = FIXTURE_TRANSCRIPTS_DIR / "formats"
+BUNDLED_DIRS: tuple[Path, ...] = (FIXTURE_TRANSCRIPTS_DIR, FORMAT_FIXTURES_DIR)
+# The transcript a workload replays when it names none (and is not "generated" to a size).
+DEFAULT_TRANSCRIPT = "coding-120k"
 # A workload "generated" to history_bytes: a chat-only fixture, whose request bytes grow turn after turn
 # (microcompact shrinks old tool results, never answers), which is what body-size faults need.
 GENERATED = "generated"
@@ -81,24 +80,30 @@ class Turn:
     followers: tuple[Message, ...] = ()
 
 
-def find_transcript(name: str | Path) -> Path:
-    """A transcript path: ``name`` itself, else a bundled fixture, else a public transcript.
+def bundled_transcripts() -> list[str]:
+    """Names of every bundled transcript (synthetic sessions and format fixtures), smallest first."""
+    files = [p for directory in BUNDLED_DIRS if directory.is_dir() for p in directory.iterdir()
+             if p.is_file() and p.suffix in TRANSCRIPT_SUFFIXES]
+    return [p.stem for p in sorted(files, key=lambda p: (p.stat().st_size, p.name))]
 
-    Bundled names may omit the suffix (``chat-50k``); public transcripts are looked
-    up in :data:`SHARED_TRANSCRIPTS_DIR`. Raises :class:`ReplayError` naming where it looked.
+
+def find_transcript(name: str | Path) -> Path:
+    """A transcript path: ``name`` itself when it is a file, else the bundled transcript of that name.
+
+    Bundled names may omit the suffix (``chat-50k``, ``swe-agent-fc-ledgerline``).
+    Raises :class:`ReplayError` listing the bundled names.
     """
     path = Path(name)
     if path.is_file():
         return path
-    for directory in (FIXTURE_TRANSCRIPTS_DIR, SHARED_TRANSCRIPTS_DIR):
+    for directory in BUNDLED_DIRS:
         for suffix in TRANSCRIPT_SUFFIXES:
             candidate = directory / f"{name}{suffix}"
             if candidate.is_file():
                 return candidate
-    bundled = ", ".join(sorted(p.stem for p in FIXTURE_TRANSCRIPTS_DIR.glob("*.jsonl")))
     raise ReplayError(
         f"{name}: no such transcript file, and no bundled transcript of that name "
-        f"(bundled: {bundled}; public ones are read from {SHARED_TRANSCRIPTS_DIR})"
+        f"(bundled: {', '.join(bundled_transcripts())})"
     )
 
 
@@ -127,23 +132,23 @@ def _prefix(transcript: Transcript, history_bytes: int) -> Transcript:
 
 
 def workload_transcript(scenario: Scenario) -> Transcript:
-    """The transcript the scenario's ``[workload]`` asks for, from the bundled data.
+    """The transcript the scenario's ``[workload]`` asks for, from the bundled data only.
 
-    A named transcript is looked up with :func:`find_transcript`; when it is not
-    available (the public ones live outside the repository),
-    :data:`FALLBACK_TRANSCRIPT` stands in. ``generated`` with ``history_bytes``
-    takes :data:`GENERATED_TRANSCRIPT` — or, when that is smaller, a chat session of
-    long answers generated with the scenario's seed — cut before the user turn at
-    which the history reaches that size; no name at all, the fallback.
+    A named transcript is looked up with :func:`find_transcript` (a name that is not
+    bundled is a :class:`ReplayError` naming the scenario). ``generated`` with
+    ``history_bytes`` takes :data:`GENERATED_TRANSCRIPT` — or, when that is smaller, a
+    chat session of long answers generated with the scenario's seed — cut before the
+    user turn at which the history reaches that size; no name at all,
+    :data:`DEFAULT_TRANSCRIPT`.
     """
     workload = scenario.workload
     if workload.transcript and workload.transcript != GENERATED:
         try:
             return load_named_transcript(workload.transcript)
-        except ReplayError:
-            return load_named_transcript(FALLBACK_TRANSCRIPT)
+        except ReplayError as exc:
+            raise ReplayError(f"scenario {scenario.name!r}: [workload] transcript {exc}") from None
     if not workload.history_bytes:
-        return load_named_transcript(FALLBACK_TRANSCRIPT)
+        return load_named_transcript(DEFAULT_TRANSCRIPT)
     bundled = load_named_transcript(GENERATED_TRANSCRIPT)
     if total_weight(bundled.messages) < workload.history_bytes:
         turns = workload.history_bytes // GENERATED_CHARS_PER_TURN + 2

@@ -83,13 +83,14 @@ def lowered_max_tokens(failure: Failure, current: int | None) -> int | None:
 
 def least_history(history: Sequence[Message], policy: Policy) -> list[Message]:
     """The least any compaction leaves of ``history``: its system messages and its newest message,
-    cut to ``policy.shrink_min_chars`` (whole when verbatim) — a lower bound of the smallest request."""
+    cut to ``policy.shrink_min_chars`` and without its images, which compaction can archive too
+    (whole when verbatim) — a lower bound of the smallest request."""
     count = leading_system_count(history)
     kept = list(history[:count])
     if len(history) > count:
         newest = history[-1]
-        if not newest.preserve_verbatim and len(newest.content) > policy.shrink_min_chars:
-            newest = newest.replace(content=newest.content[: policy.shrink_min_chars])
+        if not newest.preserve_verbatim:
+            newest = newest.replace(content=newest.content[: policy.shrink_min_chars], images=())
         kept.append(newest)
     return kept
 
@@ -103,21 +104,30 @@ def floor_error(
     policy: Policy,
     failure: Failure | None,
     attempts: int,
+    limit_bytes: int | None = None,
 ) -> tuple[PayloadFloorError | None, Notice | None]:
     """The floor diagnosis against the smallest rejected size: (error to raise, warning to show).
 
     What is over, in this order: the system prompt (SPEC §6.2's text), the system
     prompt with the tool definitions, or the smallest request compaction can produce
-    (``smallest``: a size, or a function computing the lower bound only when needed).
-    No error: the ``⚠`` warning when the system prompt is at ¾ of the rejected size.
+    (``smallest``: a size, or a function computing the lower bound only when needed),
+    compared with ``limit_bytes`` — the size from which bodies are known to fail
+    (:attr:`GatewayModel.hard_limit`, the rejected size less the model's resolution);
+    ``rejected_bytes`` when not given. No error: the ``⚠`` warning when the system
+    prompt is at ¾ of the rejected size.
     """
+    limit = rejected_bytes if limit_bytes is None else min(limit_bytes, rejected_bytes)
     diagnosis = diagnose_floor(system_bytes, rejected_bytes, policy=policy, tools_bytes=tools_bytes)
     if not diagnosis.fail_fast:
         least = smallest() if callable(smallest) else smallest
-        if least < rejected_bytes:
+        if least < limit:
             return None, diagnosis.notice
         diagnosis = smallest_request_diagnosis(
-            least, rejected_bytes, system_bytes=system_bytes, tools_bytes=tools_bytes
+            least,
+            rejected_bytes,
+            system_bytes=system_bytes,
+            tools_bytes=tools_bytes,
+            resolution=1 - limit / rejected_bytes,
         )
     message = diagnosis.notice.message if diagnosis.notice is not None else ""
     error = PayloadFloorError(

@@ -15,6 +15,7 @@ from ctxrecover.policy import Policy
 from ctxrecover.recovery.notices import (
     FLOOR_FAIL_CODE,
     FLOOR_FAIL_NOTICE,
+    FLOOR_NEAR_FAIL_NOTICE,
     FLOOR_SMALLEST_FAIL_NOTICE,
     FLOOR_TOOLS_FAIL_NOTICE,
     FLOOR_WARNING_CODE,
@@ -74,20 +75,24 @@ def diagnose_floor(
 
 
 def smallest_request_diagnosis(
-    request_bytes: int, rejected_bytes: int, *, system_bytes: int, tools_bytes: int
+    request_bytes: int, rejected_bytes: int, *, system_bytes: int, tools_bytes: int, resolution: float = 0.0
 ) -> FloorDiagnosis:
     """Compaction did all it could and its smallest request (``request_bytes``) is still at or over
-    ``rejected_bytes``: fail fast naming that request and its parts (system prompt, tool
-    definitions, the newest messages it kept)."""
+    ``rejected_bytes`` — or below it by less than ``resolution`` of it: fail fast naming that
+    request and its parts (system prompt, tool definitions, the newest messages it kept)."""
     for name, value in (("request_bytes", request_bytes), ("system_bytes", system_bytes)):
         _check(name, value)
     _check("tools_bytes", tools_bytes)
     messages = max(0, request_bytes - system_bytes - tools_bytes)
-    message = FLOOR_SMALLEST_FAIL_NOTICE % (
+    parts = (
         format_payload_size(request_bytes),
         format_payload_size(system_bytes),
         format_payload_size(tools_bytes),
         format_payload_size(messages),
-        format_payload_size(rejected_bytes),
     )
+    if request_bytes >= rejected_bytes:
+        message = FLOOR_SMALLEST_FAIL_NOTICE % (*parts, format_payload_size(rejected_bytes))
+    else:
+        share = f"{resolution * 100:.2g}%"
+        message = FLOOR_NEAR_FAIL_NOTICE % (*parts, share, format_payload_size(rejected_bytes))
     return FloorDiagnosis(True, Notice(FLOOR_FAIL_CODE, message), SMALLEST_REQUEST, request_bytes)

@@ -31,6 +31,7 @@ or a replay recording it — can keep, compare and persist every state
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -136,10 +137,15 @@ class GatewayModel:
     size). ``refused`` remembers the newest refused bodies (by ``body_key``), so none is
     sent again. ``payload_notice_sent`` / ``uncapped_warning_sent`` are the once-per-session
     flags of the payload notice message (§6.6) and the pre-flight warning (§7).
+    ``resolution`` (``Policy.retry_min_reduction``) is how finely the model resolves the
+    gateway's limit: a body less than that share below a size-consistent rejection (and
+    above every accepted size) counts as failing too — sending it would spend a request
+    to learn almost nothing.
     """
 
     configured_cap: int = 0
     strategy: str = "three_quarters"
+    resolution: float = 0.005
     largest_accepted: int = 0
     rejections: tuple[Rejection, ...] = ()
     suspects: tuple[Rejection, ...] = ()
@@ -162,14 +168,24 @@ class GatewayModel:
                 f"GatewayModel.strategy must be one of {', '.join(map(repr, CAP_STRATEGIES))} "
                 f"(got {self.strategy!r})"
             )
+        if isinstance(self.resolution, bool) or not isinstance(self.resolution, int | float) or not (
+            0 <= self.resolution < 1
+        ):
+            raise ConfigError(
+                f"GatewayModel.resolution must be a fraction in [0, 1) (got {self.resolution!r})"
+            )
         learned = self.learned_cap
         if learned is not None and (isinstance(learned, bool) or not isinstance(learned, int) or learned < 1):
             raise ConfigError(f"GatewayModel.learned_cap must be a positive int or None (got {learned!r})")
 
     @classmethod
     def from_policy(cls, policy: Policy) -> GatewayModel:
-        """A model with no evidence yet: the policy's configured cap and cap strategy."""
-        return cls(configured_cap=policy.payload_cap, strategy=policy.cap_strategy)
+        """A model with no evidence yet: the policy's configured cap, cap strategy and resolution."""
+        return cls(
+            configured_cap=policy.payload_cap,
+            strategy=policy.cap_strategy,
+            resolution=policy.retry_min_reduction,
+        )
 
     def replace(self, **changes: Any) -> GatewayModel:
         """A copy with ``changes`` (validated)."""
@@ -185,10 +201,15 @@ class GatewayModel:
     def hard_limit(self) -> int | None:
         """Bodies at or above this size are known to fail and are never sent (None: no such size).
 
-        The smallest size-consistent rejection; None under the ``none`` strategy,
-        which learns nothing from rejections.
+        The smallest size-consistent rejection lowered by the model's ``resolution``, never
+        to or below the largest accepted size; None under the ``none`` strategy, which
+        learns nothing from rejections.
         """
-        return None if self.strategy == "none" else self.smallest_rejected
+        rejected = self.smallest_rejected
+        if self.strategy == "none" or rejected is None:
+            return None
+        within = math.ceil(rejected * (1 - self.resolution))
+        return max(self.largest_accepted + 1, min(rejected, within))
 
     def known_too_large(self, size: int) -> bool:
         """True when a body of ``size`` bytes is known to fail: at or above the :attr:`hard_limit`."""
@@ -395,8 +416,10 @@ def cap_notice(before: GatewayModel, after: GatewayModel, *, accepted: bool = Fa
     """
     if after.learned_cap == before.learned_cap:
         return None
-    if accepted and after.learned_cap is not None and before.learned_cap is not None:
-        return None
+    if after.learned_cap is not None and before.learned_cap is not None and (
+        accepted or format_payload_size(after.learned_cap) == format_payload_size(before.learned_cap)
+    ):
+        return None  # a rise from an accepted request, or a move too small to show: said already
     if after.learned_cap is None:
         return Notice(
             LEARNED_CAP_CODE,

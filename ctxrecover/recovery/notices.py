@@ -15,6 +15,7 @@ __all__ = [
     "CAP_LIFTED_NOTICE",
     "CONTENT_BLOCK_CODE",
     "CONTENT_BLOCK_NOTICE",
+    "FLOOR_NEAR_FAIL_NOTICE",
     "FLOOR_SMALLEST_FAIL_NOTICE",
     "FLOOR_TOOLS_FAIL_NOTICE",
     "HEADER_FAULT_CODE",
@@ -98,6 +99,14 @@ FLOOR_TOOLS_FAIL_NOTICE = (
     "definitions, or raise the proxy/WAF body-size limit"
 )
 #: Compaction did all it could and the request is still too large: smallest request, its parts, rejected.
+#: Compaction's smallest request is below the rejected size by less than the model's resolution:
+#: that request, system, tools, newest messages, the share, the rejected size.
+FLOOR_NEAR_FAIL_NOTICE = (
+    "✖ The smallest request compaction can produce is %s (system prompt: %s, tool definitions: %s, "
+    "newest messages: %s), less than %s below the size the gateway rejected (%s). History compaction "
+    "cannot help further — shorten the newest messages, reduce MCP servers, skills or personas, or raise "
+    "the proxy/WAF body-size limit"
+)
 FLOOR_SMALLEST_FAIL_NOTICE = (
     "✖ The smallest request compaction can produce is %s (system prompt: %s, tool definitions: %s, "
     "newest messages: %s) and meets or exceeds the size the gateway rejected (%s). History compaction "

@@ -2,7 +2,7 @@
 
 ==========  ========================================================================
 ``run``       replay transcripts under scenarios, print a summary table, write a run
-              directory (``attempts.csv``, ``manifest.json``, PNG figures)
+              directory (``attempts.csv``, ``manifest.json``; PNG figures with ``--figures``)
 ``replay``    one replay with its turn log (every event and notice, per turn/attempt)
 ``proxy``     a real loopback HTTP middlebox in front of a mock provider or a real URL
 ``sweep``     policies (presets and peer baselines) × knob grids × scenarios, cached and
@@ -12,9 +12,11 @@
 ``generate``  write a seeded synthetic transcript
 ==========  ========================================================================
 
-Bad input — an unreadable or malformed transcript, an unknown scenario or fault, a
-malformed schedule, a bad size or policy — prints one ``ctxsim: error: …`` line on
-stderr and exits with 2; anything else is a bug and raises.
+Exit codes: 0 ok; 1 a run missed its scenario's ``[expect]`` (``run`` and ``replay``;
+``--report-only`` reports without failing); 2 bad input — an unreadable or malformed
+transcript, an unknown scenario or fault, a malformed schedule, a bad size or policy, or a
+missing optional extra — after one ``ctxsim: error: …`` line on stderr. Anything else is a
+bug and raises.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 from ctxrecover.errors import ConfigError
 from simulator.cli import classify, generate, proxy, replay, report, run, sweep
-from simulator.cli.common import EXIT_OK, EXIT_USAGE, PROG, CliError, Parser
+from simulator.cli.common import EXIT_OK, EXIT_USAGE, PROG, CliError, Parser, missing_extra, package_version
 from simulator.proxy.scenario import ScenarioError
 from simulator.transcripts.loaders import TranscriptError
 from simulator.workloads import ReplayError
@@ -43,6 +45,7 @@ INPUT_ERRORS: tuple[type[Exception], ...] = (
 def build_parser() -> argparse.ArgumentParser:
     """The ``ctxsim`` argument parser."""
     parser = Parser(prog=PROG, description="Fault-injection simulator for ctxrecover.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 
     for command in SUBCOMMANDS:
@@ -65,4 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else EXIT_OK
     except INPUT_ERRORS as error:
         print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as error:
+        hint = missing_extra(error)
+        if hint is None:
+            raise
+        print(f"{PROG}: error: {hint}", file=sys.stderr)
         return EXIT_USAGE

@@ -10,7 +10,9 @@ from ctxrecover.classify import classify
 from simulator.cli.common import (
     EXIT_OK,
     CliError,
+    add_json_option,
     positive_int_arg,
+    print_json,
 )
 
 __all__ = ["register", "run"]
@@ -34,6 +36,11 @@ def _header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def _plain(value: object) -> object:
+    """A field as a JSON value: enums by their value, the rest as is."""
+    return getattr(value, "value", value)
+
+
 def run(args: argparse.Namespace) -> int:
     headers = dict(_header(h) for h in args.header)
     if args.file == "-":
@@ -45,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"{args.file}: cannot read: {exc.strerror or exc}") from None
     failure = classify(status=args.status, body=body, headers=headers or None,
                        request_bytes=args.request_bytes)
+    if args.json:
+        print_json({name: _plain(getattr(failure, name)) for _label, name in CLASSIFY_FIELDS})
+        return EXIT_OK
     width = max(len(label) for label, _ in CLASSIFY_FIELDS)
     for label, name in CLASSIFY_FIELDS:
         value = getattr(failure, name)
@@ -65,4 +75,5 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                         help="response header NAME:VALUE, repeatable")
     parser.add_argument("--request-bytes", type=positive_int_arg, default=None,
                         help="size of the rejected request body")
+    add_json_option(parser, "the classification")
     parser.set_defaults(handler=run)

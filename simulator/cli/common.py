@@ -15,14 +15,26 @@ from ctxrecover.policy import CHAT_POLICY, DEFAULT_POLICY, Policy
 from ctxrecover.sizes import parse_payload_size
 from simulator.replay import TRANSPORTS
 from simulator.transcripts.loaders import Transcript
-from simulator.workloads import FIXTURE_TRANSCRIPTS_DIR, load_named_transcript
+from simulator.workloads import bundled_transcripts, load_named_transcript
 
-__all__ = ["POLICY_PRESETS", "CliError", "Parser", "policy_from_spec"]
+__all__ = ["POLICY_PRESETS", "CliError", "Parser", "missing_extra", "package_version", "policy_from_spec"]
 
 PROG = "ctxsim"
+# Exit codes (README "Exit codes"): 0 ok, 1 a run missed its scenario's [expect], 2 bad input.
 EXIT_OK = 0
+EXIT_EXPECTATION_MISSED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+PACKAGE = "ctxrecover"
+# Modules of the optional extras: a missing one is a one-line hint naming the extra, not a traceback.
+EXTRA_OF_MODULE: MappingProxyType[str, str] = MappingProxyType(
+    {
+        "faker": "sim", "matplotlib": "sim", "numpy": "sim", "pandas": "sim", "respx": "sim", "tqdm": "sim",
+        "IPython": "notebooks", "ipywidgets": "notebooks",
+        "anthropic": "sdks", "openai": "sdks",
+        "dask": "dask", "distributed": "dask",
+    }
+)
 RUNS_DIR = Path("runs")
 RUN_DIR_FORMAT = "%Y%m%d-%H%M%S"
 WORKLOAD = "workload"  # --transcripts value: each scenario's own [workload] transcript
@@ -45,6 +57,41 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def package_version() -> str:
+    """The installed distribution's version (the source tree's ``__version__`` when not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError:
+        import ctxrecover
+
+        return ctxrecover.__version__
+
+
+def missing_extra(error: ModuleNotFoundError) -> str | None:
+    """The one-line hint for a module of an optional extra that is not installed, else None."""
+    root = (error.name or "").partition(".")[0]
+    extra = EXTRA_OF_MODULE.get(root)
+    if extra is None:
+        return None
+    return (f"this command needs the {extra!r} extra ({root} is not installed): "
+            f'pip install "{PACKAGE}[{extra}]"')
+
+
+def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} as one JSON document on stdout")
+
+
+def add_report_only_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--report-only", action="store_true",
+                        help="exit 0 even when a run misses its scenario's [expect] (default: exit 1)")
+
+
+def print_json(document: object) -> None:
+    print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
 
 
 def positive_int_arg(text: str) -> int:
@@ -168,9 +215,8 @@ def run_dir(out: Path | None) -> Path:
 
 
 def fixture_names() -> list[str]:
-    """Every bundled fixture transcript, smallest first."""
-    fixtures = sorted(FIXTURE_TRANSCRIPTS_DIR.glob("*.jsonl"), key=lambda p: p.stat().st_size)
-    return [p.stem for p in fixtures]
+    """Every bundled fixture transcript (synthetic sessions and format fixtures), smallest first."""
+    return bundled_transcripts()
 
 
 def transcripts_option(spec: str) -> list[Transcript | None]:

@@ -1,17 +1,29 @@
-"""Console lines of ``ctxsim run`` and ``ctxsim replay``: one per attempt, event and run; the summary."""
+"""What ``ctxsim run`` and ``ctxsim replay`` print: one line per attempt, event and run; the summary table;
+the same numbers as JSON for scripts (``--json``).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ctxrecover.events import Event, PostCompact, PreCompact, StatusEvent
 from ctxrecover.sizes import format_payload_size
 from simulator.recorder import ReplayEvent
 from simulator.replay import ReplayResult, expectation_problems
-from simulator.research.metrics import AttemptRecord, summary_table
+from simulator.research.metrics import AttemptRecord
+from simulator.research.report import archived_by_source, failure_counts
 
-__all__ = ["attempt_line", "event_line", "format_summary", "run_line"]
+__all__ = [
+    "attempt_line",
+    "event_line",
+    "format_archive_sources",
+    "format_summary",
+    "run_document",
+    "run_line",
+    "scenario_rows",
+]
 
 
 # Console table: (header, summary key, alignment); numbers right-aligned.
@@ -25,12 +37,19 @@ SUMMARY_HEADERS: tuple[tuple[str, str, str], ...] = (
     ("rejected", "rejected_requests", ">"),
     ("wire bytes", "wire_bytes", ">"),
     ("summarizer $", "summarizer_cost_usd", ">"),
+    ("chars archived", "chars_archived", ">"),
     ("chars lost", "chars_lost", ">"),
     ("outcome", "outcome", "<"),
     ("expected", "expected", "<"),
 )
 CHECK_PASSED = "✓"
 CHECK_FAILED = "✗"
+NONE_TEXT = "—"
+COST_DECIMALS = 6  # USD in JSON: rounded, so scripts never see 0.30000000000000004
+# Run numbers a scenario row sums over its runs.
+SUMMED: tuple[str, ...] = (
+    "rejected_requests", "wire_bytes", "summarizer_cost_usd", "chars_archived", "chars_lost",
+)
 
 
 def _event_text(event: Event) -> str:
@@ -83,32 +102,116 @@ def _counts(values: Iterable[str]) -> str:
     return ", ".join(f"{value}×{count}" for value, count in sorted(counts.items()))
 
 
+def _kinds_text(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{kind}={count}" for kind, count in sorted(counts.items())) or NONE_TEXT
+
+
+def run_document(result: ReplayResult) -> dict[str, Any]:
+    """One replay as plain JSON values: identity, outcome against ``[expect]``, the run's numbers."""
+    summary = result.summary
+    problems = expectation_problems(result)
+    return {
+        "run_id": result.run_id,
+        "scenario": result.scenario.name,
+        "transcript": result.transcript.name,
+        "policy": result.policy_name,
+        "seed": result.seed,
+        "outcome": result.outcome,
+        "expected_outcome": result.scenario.expect.outcome,
+        "expectation_met": not problems,
+        "problems": problems,
+        "error": result.error,
+        "turns": result.turns,
+        "turns_completed": result.turns_completed,
+        "attempts": len(result.records),
+        "failures_by_kind": failure_counts(result.frame),
+        "recovered_episodes": summary["recovered_episodes"],
+        "failed_episodes": summary["failed_episodes"],
+        "rejected_requests": summary["rejected_requests"],
+        "wire_bytes": summary["wire_bytes"],
+        "summarizer_cost_usd": round(summary["summarizer_cost_usd"], COST_DECIMALS),
+        "chars_archived": summary["chars_archived"],
+        "chars_archived_by_source": archived_by_source(result.stats),
+        "chars_lost": result.chars_lost,
+        "fact_survival": round(result.fact_survival, COST_DECIMALS),
+    }
+
+
+def scenario_rows(results: Sequence[ReplayResult]) -> list[dict[str, Any]]:
+    """Per-scenario totals over runs (scenarios in first-seen order), as plain values.
+
+    ``failures_by_kind`` counts failure episodes by their first kind and every truncated
+    answer (``output_truncated``: an accepted attempt cut at ``max_tokens``).
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    for result in results:
+        run = run_document(result)
+        row = rows.setdefault(run["scenario"], {
+            "scenario": run["scenario"], "runs": 0, "turns": 0, "failures_by_kind": Counter(),
+            "recovered": 0, "failed": 0, **dict.fromkeys(SUMMED, 0), "chars_archived_by_source": Counter(),
+            "outcomes": Counter(), "expected_outcome": run["expected_outcome"], "expectation_met": True,
+        })
+        row["runs"] += 1
+        row["turns"] += result.summary["turns"]
+        row["failures_by_kind"].update(run["failures_by_kind"])
+        row["recovered"] += run["recovered_episodes"]
+        row["failed"] += run["failed_episodes"]
+        for name in SUMMED:
+            row[name] += run[name]
+        row["chars_archived_by_source"].update(run["chars_archived_by_source"])
+        row["outcomes"][run["outcome"]] += 1
+        row["expectation_met"] = row["expectation_met"] and run["expectation_met"]
+    return [
+        {**row, "failures_by_kind": dict(sorted(row["failures_by_kind"].items())),
+         "chars_archived_by_source": dict(row["chars_archived_by_source"]),
+         "outcomes": dict(row["outcomes"]),
+         "summarizer_cost_usd": round(row["summarizer_cost_usd"], COST_DECIMALS)}
+        for row in rows.values()
+    ]
+
+
+def _table(headers: Sequence[tuple[str, str, str]], rows: Sequence[Mapping[str, str]]) -> str:
+    widths = {key: max([len(header)] + [len(row[key]) for row in rows]) for header, key, _ in headers}
+    lines = ["  ".join(f"{header:{align}{widths[key]}}" for header, key, align in headers)]
+    lines.append("  ".join("─" * widths[key] for _, key, _ in headers))
+    lines.extend("  ".join(f"{row[key]:{align}{widths[key]}}" for _, key, align in headers) for row in rows)
+    return "\n".join(line.rstrip() for line in lines)
+
+
 def format_summary(results: Sequence[ReplayResult]) -> str:
     """The per-scenario summary table printed by ``ctxsim run`` (scenarios in first-seen order)."""
-    table = summary_table([r.summary for r in results])
-    rows: list[dict[str, str]] = []
-    for scenario, row in table.iterrows():
-        runs = [r for r in results if r.scenario.name == scenario]
-        passed = all(not expectation_problems(r) for r in runs)
-        values = {
-            "scenario": str(scenario),
+    rows = []
+    for row in scenario_rows(results):
+        outcomes = _counts(outcome for outcome, n in row["outcomes"].items() for _ in range(n))
+        check = CHECK_PASSED if row["expectation_met"] else CHECK_FAILED
+        rows.append({
+            "scenario": row["scenario"],
             "runs": str(row["runs"]),
             "turns": str(row["turns"]),
-            "failures_by_kind": row["failures_by_kind"] or "—",
+            "failures_by_kind": _kinds_text(row["failures_by_kind"]),
             "recovered": str(row["recovered"]),
             "failed": str(row["failed"]),
             "rejected_requests": str(row["rejected_requests"]),
             "wire_bytes": format_payload_size(int(row["wire_bytes"])),
             "summarizer_cost_usd": f"{row['summarizer_cost_usd']:.4f}",
+            "chars_archived": f"{int(row['chars_archived']):,}",
             "chars_lost": f"{int(row['chars_lost']):,}",
-            "outcome": _counts(r.outcome for r in runs),
-            "expected": f"{runs[0].scenario.expect.outcome} {CHECK_PASSED if passed else CHECK_FAILED}",
-        }
-        rows.append(values)
-    widths = {key: max([len(header)] + [len(row[key]) for row in rows]) for header, key, _ in SUMMARY_HEADERS}
-    lines = ["  ".join(f"{header:{align}{widths[key]}}" for header, key, align in SUMMARY_HEADERS)]
-    lines.append("  ".join("─" * widths[key] for _, key, _ in SUMMARY_HEADERS))
-    lines.extend(
-        "  ".join(f"{row[key]:{align}{widths[key]}}" for _, key, align in SUMMARY_HEADERS) for row in rows
-    )
-    return "\n".join(line.rstrip() for line in lines)
+            "outcome": outcomes,
+            "expected": f"{row['expected_outcome']} {check}",
+        })
+    return _table(SUMMARY_HEADERS, rows)
+
+
+def format_archive_sources(results: Sequence[ReplayResult]) -> str | None:
+    """Chars archived per scenario by source (planned, recovery, microcompact, …), when the session's
+    stats break them down (:func:`simulator.research.report.archived_by_source`); else None."""
+    rows = scenario_rows(results)
+    sources = list(dict.fromkeys(source for row in rows for source in row["chars_archived_by_source"]))
+    if not sources:
+        return None
+    headers = (("scenario", "scenario", "<"), *((source, source, ">") for source in sources))
+    return _table(headers, [
+        {"scenario": row["scenario"],
+         **{source: f"{row['chars_archived_by_source'].get(source, 0):,}" for source in sources}}
+        for row in rows
+    ])

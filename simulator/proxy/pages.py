@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from types import MappingProxyType
+
+from simulator.resources import data_dir
 
 __all__ = [
     "BEDROCK_HTML_PAGE",
@@ -19,7 +20,7 @@ __all__ = [
 ]
 
 
-PAGES_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "pages"
+PAGES_DIR = data_dir("pages")  # the checkout's fixtures/pages, or the wheel's copy
 CLOUDFLARE_COLO = "FRA"
 
 
@@ -80,6 +81,5 @@ def page_text(file: str) -> str:
         return path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"fault page {path} is missing; the middlebox reads its pages from fixtures/pages/ "
-            "of a source checkout (pip install -e .)"
+            f"fault page {path} is missing from the bundled data (fixtures/pages/); reinstall ctxrecover"
         ) from None

@@ -75,6 +75,7 @@ from simulator.proxy.fault_specs import (
 )
 from simulator.proxy.faults import Fault
 from simulator.proxy.middlebox import Handler, Middlebox
+from simulator.resources import data_dir
 
 __all__ = [
     "Expectation",
@@ -92,7 +93,7 @@ __all__ = [
 ]
 
 
-SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "scenarios"
+SCENARIOS_DIR = data_dir("scenarios")  # the checkout's fixtures/scenarios, or the wheel's copy
 SCENARIO_SUFFIXES: tuple[str, ...] = (".toml", ".json")
 TOP_LEVEL_KEYS: tuple[str, ...] = (
     "description", "expect", "fault", "name", "policy", "provider", "seed", "summarizer", "workload",

@@ -5,17 +5,20 @@ Three kinds of frame go in:
 - the **attempt table** (:data:`simulator.research.metrics.RUN_COLUMNS`, one row per request
   attempt; a sweep adds columns for its swept knobs) → :func:`budget_curve`;
 - the **run summaries** (:func:`simulator.research.report.run_summaries`: one row per run) →
-  :func:`outcome_matrix`, :func:`summarizer_cost`, :func:`cost_vs_fact_survival`;
+  :func:`outcome_matrix` (its cells: :func:`outcome_cells`), :func:`summarizer_cost`,
+  :func:`cost_vs_fact_survival`;
 - the **episodes** with their policy (:func:`simulator.research.report.policy_episodes`) →
   :func:`rejected_per_episode`.
 
-Figures use matplotlib's object API (``Figure()``, never pyplot): nothing needs a display and
-nothing accumulates in a global figure registry. The same frame gives the same figure.
+Units never mix on an axis: wire bytes are drawn in binary units (KiB, MiB, named as such)
+and the context window in tokens, each on its own panel. Figures use matplotlib's object API
+(:mod:`simulator.research.plotting`); the same frame gives the same figure.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -25,6 +28,13 @@ from simulator.research.metrics import (
     OUTCOME_FLOOR,
     REJECTED_PREFIX,
 )
+from simulator.research.plotting import (
+    FIGURE_DPI,
+    binary_unit,
+    format_binary,
+    new_figure,
+    place_labels,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,42 +42,74 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "FIGURE_DPI",
+    "VERDICTS",
     "budget_curve",
     "cost_vs_fact_survival",
+    "outcome_cells",
     "outcome_matrix",
     "rejected_per_episode",
     "summarizer_cost",
 ]
 
 
-# -- saving: fixed dpi, no timestamps or tool versions in the files --------------------------------
-FIGURE_DPI = 100
 # -- what the figures draw -----------------------------------------------------------------------
-CHARS_PER_TOKEN = 4  # SPEC §1.3 default: a window in tokens is drawn as window × 4 chars
 MAX_TURN_TICKS = 20
-LOG_SCALE_RATIO = 8  # a window or cap this far above every request switches the y axis to log
+LOG_SCALE_RATIO = 8  # a window this far above every request's tokens switches the token axis to log
+HEADROOM = 1.12  # the top of an axis sits this far above the highest request or cap
+BUDGET_FIGSIZE = (10.0, 6.0)
+# Fixed margins (no constrained layout: one budget curve per run must stay cheap); legends sit on the right.
+BUDGET_MARGINS: Mapping[str, float] = MappingProxyType(
+    {"left": 0.08, "right": 0.74, "bottom": 0.09, "top": 0.89, "hspace": 0.08}
+)
+LEGEND_OUTSIDE: Mapping[str, object] = MappingProxyType(
+    {"fontsize": "x-small", "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "frameon": False}
+)
 PHYSICAL_LIMIT = 1  # an episode opens with a rejection: fewer than one is impossible
 SURVIVAL_AXIS_TOP = 105  # % axis with room above 100 for labels
 TURNS_PER_UNIT = 100  # costs are given per 100 turns
 NA_TEXT = "—"  # a matrix cell without failures, a table cell without a value
-BUDGET_SERIES: Mapping[str, tuple[str, str]] = MappingProxyType(
-    {  # series → (label, colour)
-        "request_bytes": ("request body (wire bytes)", "tab:blue"),
-        "history_weight": ("history weight (chars)", "tab:cyan"),
-        "context_window": (f"context window × {CHARS_PER_TOKEN} chars/token", "tab:gray"),
-        "proxy_cap": ("proxy cap (bytes)", "black"),
-        "learned_cap": ("learned cap (bytes)", "tab:purple"),
+WIRE_SERIES: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {  # column → (label, colour); drawn in bytes
+        "request_bytes": ("request body", "tab:blue"),
+        "proxy_cap": ("proxy cap", "black"),
+        "learned_cap": ("learned cap", "tab:purple"),
     }
 )
+TOKEN_SERIES: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {  # column → (label, colour); drawn in tokens
+        "estimated_tokens": ("request (estimated input tokens)", "tab:blue"),
+        "context_window": ("context window the session assumed", "tab:gray"),
+    }
+)
+PROVIDER_WINDOW_STYLE = ("provider's context window", "tab:red")
 COMPACTION_STYLE = ("compaction (L1–L3)", "tab:orange", "v")
 REJECTION_STYLE = ("rejected", "tab:red", "x")
 FRONT_STYLE = ("Pareto front", "tab:green")
 DOMINATED_STYLE = ("dominated", "tab:gray")
-MATRIX_COLORMAP = "RdYlGn"
-MATRIX_NO_DATA_COLOUR = "lightgrey"
+# -- the outcome matrix: a verdict per cell, each with its colour ---------------------------------
+# Outcomes a scenario may *expect* that are failures by design (a floor fail-fast, a rate limit left
+# alone, an unfixable header cap): meeting them is right, and is drawn apart from a success.
+INTENDED_FAILURES = frozenset({"fail_fast_floor", "no_compaction", "failed"})
+VERDICTS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {  # verdict → (legend label, colour); a cell takes the first that applies, in this order
+        "lost": ("chars lost (never acceptable)", "#f4845f"),
+        "missed": ("missed its expected outcome", "#fdd49e"),
+        "met": ("expected outcome, nothing lost", "#a6dba0"),
+        "intended": ("intended failure, as expected", "#9ecae1"),
+        "unknown": ("no expectation recorded", "#e0e0e0"),
+    }
+)
+MATRIX_BASE_WIDTH = 4.6  # inches: scenario names and the legend
+MATRIX_CELL_WIDTH = 1.45
+MATRIX_BASE_HEIGHT = 1.6
+MATRIX_CELL_HEIGHT = 0.62
+CHECK_MET = "✓"
+CHECK_MISSED = "✗"
+CHECK_UNKNOWN = "?"
 # -- validation: the columns each function reads --------------------------------------------------
 BUDGET_COLUMNS: tuple[str, ...] = (
-    "run_id", "scenario", "policy", "turn", "request_bytes", "history_weight", "context_window",
+    "run_id", "scenario", "policy", "turn", "request_bytes", "estimated_tokens", "context_window",
     "proxy_cap", "learned_cap", "compaction_level", "outcome",
 )
 SUMMARY_NEEDS: tuple[str, ...] = (
@@ -139,26 +181,30 @@ def aggregate_runs(summaries: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return table
 
 
-def _new_figure(width: float, height: float) -> Figure:
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), dpi=FIGURE_DPI, layout="constrained")
-
-
 # -- the attempt table ----------------------------------------------------------------------------
-def budget_curve(frame: pd.DataFrame, *, run_id: str | None = None) -> Figure:
-    """One run's budget per request: wire bytes and history weight against the window and caps.
+def _values(run: pd.DataFrame, column: str) -> list[float]:
+    return [math.nan if is_na(value) else float(value) for value in run[column]]
 
-    Lines: request body, history weight, context window (tokens × 4, in chars), proxy
-    cap and learned cap (step lines, drawn when the run has them). Markers: compactions
-    (``compaction_level`` > 0, annotated ``L1``–``L3``) and rejections (``rejected:*``,
-    ``failed``, ``fail_fast_floor``). x is the request index (1-based, frame order);
-    ticks mark the first request of each turn. The y axis turns logarithmic when a
-    window or cap sits more than :data:`LOG_SCALE_RATIO` times above every request.
-    ``run_id`` picks a run when the frame holds several.
+
+def _first(values: Iterable[float]) -> float | None:
+    return next((value for value in values if not math.isnan(value)), None)
+
+
+def budget_curve(
+    frame: pd.DataFrame, *, run_id: str | None = None, provider_window: int | None = None
+) -> Figure:
+    """One run's requests against its limits: wire bytes against the caps, tokens against the window.
+
+    Two panels share the x axis (the request index, 1-based in frame order; ticks mark the
+    first request of each turn). **Wire bytes** (binary units): the request bodies, the proxy
+    cap and the learned cap (step lines, when the run has them), compactions (``▼``, labelled
+    ``L1``–``L3``) and rejections (``x``: ``rejected:*``, ``failed``, ``fail_fast_floor``); the
+    axis is zoomed to the requests and caps. **Tokens**: each request's estimated input tokens,
+    the window the session assumed, and ``provider_window`` (the provider's real window, e.g.
+    the scenario's) when given; logarithmic when a window dwarfs every request. The title
+    names the scenario, policy, the window and the proxy cap. ``run_id`` picks a run when the
+    frame holds several.
     """
-    from matplotlib.ticker import EngFormatter
-
     require_columns(frame, BUDGET_COLUMNS, "budget_curve", ATTEMPTS_HINT)
     run_ids = list(dict.fromkeys(frame["run_id"]))
     if run_id is None and len(run_ids) > 1:
@@ -170,21 +216,38 @@ def budget_curve(frame: pd.DataFrame, *, run_id: str | None = None) -> Figure:
         raise ValueError(f"budget_curve: run_id {chosen!r} is not in the frame; it holds {run_ids}")
     run = frame[frame["run_id"] == chosen].reset_index(drop=True)
     xs = list(range(1, len(run) + 1))
+    figure = new_figure(*BUDGET_FIGSIZE, layout=None)
+    wire, tokens = figure.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    figure.subplots_adjust(**BUDGET_MARGINS)
+    _wire_panel(wire, run, xs)
+    session_window = _token_panel(tokens, run, xs, provider_window)
+    _turn_ticks(tokens, xs, list(run["turn"]))
+    tokens.set_xlim(0.5, len(xs) + 0.5)  # one request is a point in a readable band, not on a 0.96–1.04 axis
+    tokens.set_xlabel("request (ticks: first request of each turn)")
+    window = provider_window if provider_window is not None else session_window
+    cap = _first(_values(run, "proxy_cap"))
+    limits = [
+        f"window {window:,.0f} tokens" if window is not None else "no context window recorded",
+        f"proxy cap {format_binary(cap)}" if cap is not None else "no proxy cap",
+    ]
+    who = f"{run['scenario'].iloc[0]} × {run['policy'].iloc[0]}"
+    figure.suptitle(f"budget curve — {who}: {' · '.join(limits)}\n{chosen}", fontsize="medium")
+    return figure
 
-    scale = {"context_window": CHARS_PER_TOKEN}  # tokens drawn as chars
-    series = {
-        column: [math.nan if is_na(value) else float(value) * scale.get(column, 1) for value in run[column]]
-        for column in BUDGET_SERIES
-    }
-    figure = _new_figure(9.0, 4.5)
-    ax = figure.subplots()
-    for column, points in series.items():
-        label, colour = BUDGET_SERIES[column]
-        if column in ("request_bytes", "history_weight"):
+
+def _wire_panel(ax: Axes, run: pd.DataFrame, xs: Sequence[int]) -> None:
+    """Request bodies, caps, compactions and rejections, in one binary unit, zoomed to them."""
+    series = {column: _values(run, column) for column in WIRE_SERIES}
+    top = max(value for points in series.values() for value in points if not math.isnan(value))
+    unit_name, unit = binary_unit(top)
+    scaled = {column: [value / unit for value in points] for column, points in series.items()}
+    for column, points in scaled.items():
+        label, colour = WIRE_SERIES[column]
+        if column == "request_bytes":
             ax.plot(xs, points, color=colour, linewidth=1.2, marker=".", label=label)
         elif any(not math.isnan(value) for value in points):
-            ax.step(xs, points, where="post", color=colour, linestyle="--", linewidth=1, label=label)
-    request = series["request_bytes"]
+            _limit_line(ax, xs, points, colour=colour, label=label)
+    request = scaled["request_bytes"]
     levels = [0 if is_na(level) else int(level) for level in run["compaction_level"]]
     compacted = [i for i, level in enumerate(levels) if level > 0]
     if compacted:
@@ -201,19 +264,47 @@ def budget_curve(frame: pd.DataFrame, *, run_id: str | None = None) -> Figure:
         label, colour, mark = REJECTION_STYLE
         ax.scatter([xs[i] for i in rejected], [request[i] for i in rejected], marker=mark, color=colour,
                    zorder=4, label=label)
-    _turn_ticks(ax, xs, list(run["turn"]))
-    drawn = [value for points in series.values() for value in points if not math.isnan(value)]
-    if min(drawn) > 0 and max(drawn) > LOG_SCALE_RATIO * max(request):
+    ax.set_ylim(0, top / unit * HEADROOM)
+    ax.set_ylabel(f"wire bytes ({unit_name})")
+    ax.legend(**LEGEND_OUTSIDE)
+
+
+def _limit_line(ax: Axes, xs: Sequence[int], values: Sequence[float], *, colour: str, label: str) -> None:
+    """A limit in force per request, as a dashed step line spanning each request's whole band
+    (so a one-request run still shows its limit)."""
+    edges = [xs[0] - 0.5, *(x + 0.5 for x in xs)]
+    ax.stairs(values, edges, color=colour, linestyle="--", linewidth=1, label=label, baseline=None)
+
+
+def _tokens_tick(value: float, _position: object) -> str:
+    return f"{value / 1000:g}k" if abs(value) >= 1000 else f"{value:g}"
+
+
+def _token_panel(ax: Axes, run: pd.DataFrame, xs: Sequence[int], provider_window: int | None) -> float | None:
+    """Estimated input tokens against the window(s), on their own axis; returns the assumed window."""
+    from matplotlib.ticker import FuncFormatter
+
+    requests = _values(run, "estimated_tokens")
+    label, colour = TOKEN_SERIES["estimated_tokens"]
+    ax.plot(xs, requests, color=colour, linewidth=1.2, marker=".", label=label)
+    assumed = _values(run, "context_window")
+    if any(not math.isnan(value) for value in assumed):
+        label, colour = TOKEN_SERIES["context_window"]
+        _limit_line(ax, xs, assumed, colour=colour, label=label)
+    drawn = [value for value in [*requests, *assumed] if not math.isnan(value)]
+    if provider_window is not None:
+        label, colour = PROVIDER_WINDOW_STYLE
+        ax.axhline(provider_window, color=colour, linestyle=":", linewidth=1, label=label)
+        drawn.append(float(provider_window))
+    biggest_request = max(requests) if requests else 0.0
+    if biggest_request > 0 and max(drawn) > LOG_SCALE_RATIO * biggest_request:
         ax.set_yscale("log")
     else:
-        ax.set_ylim(bottom=0)
-    ax.yaxis.set_major_formatter(EngFormatter())
-    ax.set_xlabel("request (ticks: first request of each turn)")
-    ax.set_ylabel("bytes (wire, caps) · chars (weight, window)")
-    ax.set_title(f"budget curve — {run['scenario'].iloc[0]} × {run['policy'].iloc[0]}\n{chosen}",
-                 fontsize="medium")
-    ax.legend(fontsize="x-small", loc="upper left")
-    return figure
+        ax.set_ylim(0, max(drawn) * HEADROOM)
+    ax.yaxis.set_major_formatter(FuncFormatter(_tokens_tick))
+    ax.set_ylabel("tokens")
+    ax.legend(**LEGEND_OUTSIDE)
+    return _first(assumed)
 
 
 def is_na(value: object) -> bool:
@@ -235,42 +326,115 @@ def _turn_ticks(ax: Axes, xs: Sequence[int], turns: Sequence[int]) -> None:
 
 
 # -- run summaries --------------------------------------------------------------------------------
-def outcome_matrix(summary_frame: pd.DataFrame) -> Figure:
-    """Recovery outcome matrix: policy (rows) × scenario (columns), % of failure episodes recovered.
+def _compact(n: int) -> str:
+    """A count in a few characters: 940, 81.3 K, 1.3 M."""
+    if abs(n) < 1000:
+        return str(n)
+    if abs(n) < 1_000_000:
+        return f"{n / 1000:.1f} K".replace(".0 K", " K")
+    return f"{n / 1_000_000:.1f} M".replace(".0 M", " M")
 
-    Each cell reads ``NN%`` over ``recovered/episodes``; a cell without failure
-    episodes reads ``—`` (grey). Policies and scenarios keep first-seen order.
+
+def _verdict(outcomes: Sequence[str | None], expected: Sequence[str | None], chars_lost: int) -> str:
+    if chars_lost > 0:
+        return "lost"
+    if any(e is None for e in expected):
+        return "unknown"
+    if any(o != e for o, e in zip(outcomes, expected, strict=True)):
+        return "missed"
+    return "intended" if all(e in INTENDED_FAILURES for e in expected) else "met"
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if is_na(value) else str(value)
+
+
+def outcome_cells(summary_frame: pd.DataFrame) -> pd.DataFrame:
+    """The outcome matrix's cells: one row per (policy, scenario), in first-seen order.
+
+    Columns: ``runs``, ``met_runs`` (runs whose outcome is the scenario's expected one),
+    ``outcome`` (the runs' outcomes), ``expected_outcome``, ``episodes``,
+    ``recovered_episodes``, ``rejected_requests``, ``chars_lost`` (sums), ``verdict`` (a
+    :data:`VERDICTS` key: ``lost`` when any char was lost, whatever the outcome; ``missed``
+    when a run ended otherwise than expected; ``intended`` when every run met an expected
+    failure — :data:`INTENDED_FAILURES`; ``met``; ``unknown`` without an expectation), its
+    ``colour`` and the cell ``text``. Outcomes come from the summaries' ``outcome`` and
+    ``expected_outcome`` columns (:func:`simulator.research.report.run_summaries`).
     """
-    import numpy as np
-    from matplotlib import colormaps
+    import pandas as pd
 
     require_columns(summary_frame, SUMMARY_NEEDS, "outcome_matrix", SUMMARY_HINT)
-    table = aggregate_runs(summary_frame, ["policy", "scenario"])
+    frame = summary_frame.assign(
+        outcome=summary_frame["outcome"] if "outcome" in summary_frame else None,
+        expected_outcome=summary_frame["expected_outcome"] if "expected_outcome" in summary_frame else None,
+    )
+    rows = []
+    for (policy, scenario), group in frame.groupby(["policy", "scenario"], sort=False):
+        outcomes = [_text_or_none(o) for o in group["outcome"]]
+        expected = [_text_or_none(e) for e in group["expected_outcome"]]
+        lost = int(group["chars_lost"].sum())
+        verdict = _verdict(outcomes, expected, lost)
+        met = sum(o is not None and o == e for o, e in zip(outcomes, expected, strict=True))
+        recovered = int(group["recovered_episodes"].sum())
+        episodes = recovered + int(group["failed_episodes"].sum())
+        rejected = int(group["rejected_requests"].sum())
+        shown = Counter(o or "?" for o in outcomes)
+        outcome_text = ", ".join(o if n == 1 else f"{o}×{n}" for o, n in shown.items())
+        mark = {"met": CHECK_MET, "intended": CHECK_MET, "unknown": CHECK_UNKNOWN}.get(verdict, CHECK_MISSED)
+        lines = [f"{mark} {outcome_text}"]
+        if verdict == "missed":
+            lines.append(f"expected {', '.join(dict.fromkeys(e or '?' for e in expected))}")
+        lines.append(f"rec {recovered}/{episodes} · rej {rejected}" if episodes else f"rej {rejected}")
+        lines.append(f"{_compact(lost)} chars lost")
+        rows.append({
+            "policy": policy, "scenario": scenario, "runs": len(group), "met_runs": met,
+            "outcome": outcome_text, "expected_outcome": ", ".join(dict.fromkeys(e or "?" for e in expected)),
+            "episodes": episodes, "recovered_episodes": recovered, "rejected_requests": rejected,
+            "chars_lost": lost, "verdict": verdict, "colour": VERDICTS[verdict][1], "text": "\n".join(lines),
+        })
+    return pd.DataFrame(rows).set_index(["policy", "scenario"])
+
+
+def outcome_matrix(summary_frame: pd.DataFrame) -> Figure:
+    """Recovery outcome matrix: scenario (rows) × policy (columns), each cell judged against its scenario.
+
+    A cell's colour is its verdict (:data:`VERDICTS`): chars lost (whatever else happened),
+    an expected outcome missed, the expected outcome met, an *intended* failure met (the
+    floor fail-fast, a rate limit left uncompacted, an unfixable 431: right, but not a
+    success), or no expectation. Its text: ``✓``/``✗`` with the outcome(s), the expected
+    outcome when missed, failure episodes recovered and rejected requests, chars lost
+    (:func:`outcome_cells`). Scenarios and policies keep first-seen order.
+    """
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    cells = outcome_cells(summary_frame)
     policies = list(dict.fromkeys(summary_frame["policy"]))
     scenarios = list(dict.fromkeys(summary_frame["scenario"]))
-    grid = np.full((len(policies), len(scenarios)), np.nan)
-    figure = _new_figure(max(6.0, 2.5 + 1.3 * len(scenarios)), max(3.5, 2.2 + 0.6 * len(policies)))
+    order = list(VERDICTS)
+    grid = np.full((len(scenarios), len(policies)), np.nan)
+    figure = new_figure(MATRIX_BASE_WIDTH + MATRIX_CELL_WIDTH * len(policies),
+                        MATRIX_BASE_HEIGHT + MATRIX_CELL_HEIGHT * len(scenarios))
     ax = figure.subplots()
-    cells = {key: row for key, row in table.iterrows()}
-    for row, policy in enumerate(policies):
-        for column, scenario in enumerate(scenarios):
-            cell = cells.get((policy, scenario))
-            if cell is None or not cell["episodes"]:
+    for row, scenario in enumerate(scenarios):
+        for column, policy in enumerate(policies):
+            if (policy, scenario) not in cells.index:
                 ax.text(column, row, NA_TEXT, ha="center", va="center", fontsize="small")
                 continue
-            grid[row, column] = cell["recovered_pct"]
-            recovered, total = int(cell["recovered_episodes"]), int(cell["episodes"])
-            ax.text(column, row, f"{cell['recovered_pct']:.0f}%\n{recovered}/{total}", ha="center",
-                    va="center", fontsize="small")
-    cmap = colormaps[MATRIX_COLORMAP].with_extremes(bad=MATRIX_NO_DATA_COLOUR)
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=100, aspect="auto")
-    figure.colorbar(image, ax=ax, label="episodes recovered (%)")
-    ax.set_xticks(range(len(scenarios)), [str(s) for s in scenarios], rotation=30, ha="right",
-                  fontsize="small")
-    ax.set_yticks(range(len(policies)), [str(p) for p in policies], fontsize="small")
-    ax.set_xlabel("scenario")
-    ax.set_ylabel("policy")
-    ax.set_title("recovery outcome matrix (failure episodes recovered)")
+            cell = cells.loc[(policy, scenario)]
+            grid[row, column] = order.index(cell["verdict"])
+            ax.text(column, row, cell["text"], ha="center", va="center", fontsize="x-small")
+    colours = ListedColormap([VERDICTS[verdict][1] for verdict in order]).with_extremes(bad="white")
+    ax.imshow(np.ma.masked_invalid(grid), cmap=colours, vmin=-0.5, vmax=len(order) - 0.5, aspect="auto")
+    present = [verdict for verdict in order if verdict in set(cells["verdict"])]
+    ax.legend(handles=[Patch(color=VERDICTS[v][1], label=VERDICTS[v][0]) for v in present],
+              fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.set_xticks(range(len(policies)), [str(p) for p in policies], rotation=30, ha="right", fontsize="small")
+    ax.set_yticks(range(len(scenarios)), [str(s) for s in scenarios], fontsize="small")
+    ax.set_xlabel("policy")
+    ax.set_ylabel("scenario")
+    ax.set_title("recovery outcomes against each scenario's expected outcome", fontsize="medium")
     return figure
 
 
@@ -280,7 +444,7 @@ def summarizer_cost(summary_frame: pd.DataFrame) -> Figure:
     table = aggregate_runs(summary_frame, ["policy"])
     policies = [str(p) for p in table.index]
     costs = [0.0 if math.isnan(c) else c for c in table["summarizer_usd_per_100_turns"]]
-    figure = _new_figure(max(5.0, 1.5 + 0.9 * len(policies)), 3.8)
+    figure = new_figure(max(5.0, 1.5 + 0.9 * len(policies)), 3.8)
     ax = figure.subplots()
     bars = ax.bar(policies, costs, color="tab:blue")
     ax.bar_label(bars, labels=[f"${cost:.4f}" for cost in costs], fontsize="x-small")
@@ -309,7 +473,7 @@ def cost_vs_fact_survival(summary_frame: pd.DataFrame) -> Figure:
     if not points:
         raise ValueError("cost_vs_fact_survival: no policy has both a cost and a fact_survival value")
     front = _pareto_front([(cost, survival) for _, cost, survival in points])
-    figure = _new_figure(6.5, 4.5)
+    figure = new_figure(6.5, 4.5)
     ax = figure.subplots()
     for on_front, (label, colour) in ((True, FRONT_STYLE), (False, DOMINATED_STYLE)):
         chosen = [point for point, flag in zip(points, front, strict=True) if flag is on_front]
@@ -319,14 +483,13 @@ def cost_vs_fact_survival(summary_frame: pd.DataFrame) -> Figure:
     ordered = sorted((c, s) for (_, c, s), flag in zip(points, front, strict=True) if flag)
     ax.step([c for c, _ in ordered], [s for _, s in ordered], where="post", color=FRONT_STYLE[1],
             linestyle="--", linewidth=1)
-    for policy, cost, survival in points:
-        ax.annotate(policy, (cost, survival), textcoords="offset points", xytext=(5, 4), fontsize="x-small")
     ax.set_xlabel(f"cache-adjusted input USD per {TURNS_PER_UNIT} turns (lower is better)")
-    ax.set_xlim(left=0)
+    ax.set_xlim(0, max(cost for _, cost, _ in points) * 1.25 or 1.0)
     ax.set_ylim(0, SURVIVAL_AXIS_TOP)
     ax.set_ylabel("fact survival, mean over runs (%)")
     ax.set_title("cost vs fact survival per policy")
     ax.legend(fontsize="x-small", loc="lower right")
+    place_labels(ax, points)  # last: labels are placed where nothing else is drawn
     return figure
 
 
@@ -354,7 +517,7 @@ def rejected_per_episode(episodes_frame: pd.DataFrame) -> Figure:
     ]
     means = [sum(values) / len(values) for values in data]
     positions = list(range(1, len(policies) + 1))
-    figure = _new_figure(max(6.0, 1.5 + 0.9 * len(policies)), 4.0)
+    figure = new_figure(max(6.0, 1.5 + 0.9 * len(policies)), 4.0)
     ax = figure.subplots()
     ax.boxplot(data, positions=positions, tick_labels=[str(p) for p in policies], showfliers=True)
     ax.scatter(positions, means, marker="D", color="tab:red", zorder=3, label="mean")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.research.metrics import (
     EPISODE_COLUMNS,
+    OUTCOME_TRUNCATED,
     RUN_COLUMNS,
     episodes,
     summarize_run,
@@ -54,7 +55,9 @@ __all__ = [
     "REPORT_DIR",
     "RunData",
     "SUMMARY_CSV",
+    "archived_by_source",
     "comparison_table",
+    "failure_counts",
     "load_run",
     "markdown_table",
     "policy_episodes",
@@ -89,6 +92,10 @@ SVG_HASH_SALT = "ctxsim-report"  # fixed ids inside SVG files
 EPISODE_SOURCE_COLUMNS: tuple[str, ...] = (
     "run_id", "policy", "scenario", "turn", "outcome", "failure_kind", "compaction_level", "identical_retry",
 )
+# SessionStats' breakdown of archived chars by source (planned, recovery, microcompact, dedup, tool
+# budget, context editing): a mapping field, or one integer field per source.
+ARCHIVE_SOURCES_FIELD = "chars_archived_by_source"
+ARCHIVE_SOURCE_PREFIX = "chars_archived_"
 COMPARISON_COLUMNS: Mapping[str, str] = MappingProxyType(
     {
         "runs": "runs of the policy on the scenario",
@@ -110,6 +117,39 @@ class RunData:
     attempts: pd.DataFrame
     manifest: dict[str, Any]
     summaries: pd.DataFrame
+
+
+def failure_counts(attempts: pd.DataFrame) -> dict[str, int]:
+    """Failures of one run by kind: each failure episode by its first kind, plus every truncated answer.
+
+    A truncated answer (``truncated``: accepted, cut at ``max_tokens``) opens no episode — an
+    escalation follows, not a recovery — yet it is a failure of that attempt: it counts as
+    ``output_truncated``, once per truncated attempt.
+    """
+    first_kinds = episodes(attempts)["first_failure_kind"].value_counts()
+    counts = {str(kind): int(n) for kind, n in first_kinds.items()}
+    truncated = attempts.loc[attempts["outcome"] == OUTCOME_TRUNCATED, "failure_kind"]
+    for kind in truncated.fillna("output_truncated"):
+        counts[str(kind)] = counts.get(str(kind), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def archived_by_source(stats: object) -> dict[str, int]:
+    """Chars a session archived, by source, when its ``SessionStats`` breaks them down; else ``{}``.
+
+    Reads a ``chars_archived_by_source`` mapping, or integer fields named
+    ``chars_archived_<source>`` (the total ``chars_archived`` is not a source).
+    """
+    values = stats.to_dict() if hasattr(stats, "to_dict") else dict(getattr(stats, "__dict__", {}))
+    breakdown = values.get(ARCHIVE_SOURCES_FIELD)
+    if isinstance(breakdown, Mapping):
+        return {str(source): int(chars) for source, chars in breakdown.items()}
+    return {
+        name.removeprefix(ARCHIVE_SOURCE_PREFIX): int(value)
+        for name, value in values.items()
+        if name.startswith(ARCHIVE_SOURCE_PREFIX) and name != ARCHIVE_SOURCES_FIELD
+        and isinstance(value, int) and not isinstance(value, bool)
+    }
 
 
 def comparison_table(summary_frame: pd.DataFrame) -> pd.DataFrame:
@@ -155,7 +195,7 @@ def run_summaries(attempts: pd.DataFrame, *, manifest: Mapping[str, Any] | None 
     for run_id, run in attempts.groupby("run_id", sort=False):
         entry = by_run.get(run_id, {})
         summary = summarize_run(run, chars_lost=entry.get("chars_lost"))
-        summary["failures_by_kind"] = ", ".join(f"{k}={n}" for k, n in summary["failures_by_kind"].items())
+        summary["failures_by_kind"] = ", ".join(f"{k}={n}" for k, n in failure_counts(run).items())
         summary.update({name: entry.get(name) for name in MANIFEST_RUN_FIELDS})
         summary.update({name: run[name].iloc[0] for name in knobs})
         rows.append(summary)
@@ -305,6 +345,16 @@ def _write_table(frame: pd.DataFrame, stem: Path) -> list[Path]:
     return [csv_path, md_path]
 
 
+def _provider_windows(manifest: Mapping[str, Any]) -> dict[str, int]:
+    """Each scenario's provider context window, from the manifest (``ctxsim run`` records them)."""
+    windows = {}
+    for scenario in manifest.get("scenarios", ()):
+        provider = scenario.get("provider") if isinstance(scenario, Mapping) else None
+        if isinstance(provider, Mapping) and isinstance(provider.get("context_window"), int):
+            windows[str(scenario.get("name"))] = provider["context_window"]
+    return windows
+
+
 def _file_stem(run_id: str) -> str:
     return BUDGET_FILE.format(run=UNSAFE_FILENAME_CHARS.sub("_", run_id).strip("_") or "run")
 
@@ -314,11 +364,12 @@ def write_report(
 ) -> list[Path]:
     """Regenerate the report of a run or sweep directory from its files; return the paths written.
 
-    Writes into ``out_dir`` (default ``run_dir/report``): a budget curve per run, the
-    outcome matrix and rejected-per-episode figures (when there are failure episodes),
-    the summarizer cost, the cost/fact-survival Pareto scatter (when runs carry
-    ``fact_survival``), and the ``comparison``, ``runs`` and ``episodes`` tables as
-    CSV and markdown. Deterministic: the same directory gives the same bytes.
+    Writes into ``out_dir`` (default ``run_dir/report``): a budget curve per run (with the
+    scenario's provider window when the manifest records it), the outcome matrix (when runs
+    carry their expected outcome, or there are failure episodes), rejected requests per
+    episode (when there are failure episodes), the summarizer cost, the cost/fact-survival
+    Pareto scatter (when runs carry ``fact_survival``), and the ``comparison``, ``runs`` and
+    ``episodes`` tables as CSV and markdown. Deterministic: the same directory gives the same bytes.
     """
     unknown = [fmt for fmt in formats if fmt not in SAVE_METADATA]
     if unknown or not formats:
@@ -329,13 +380,18 @@ def write_report(
     target = Path(run_dir) / REPORT_DIR if out_dir is None else Path(out_dir)
     target.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+    windows = _provider_windows(data.manifest)
+    scenario_of = data.attempts.drop_duplicates("run_id").set_index("run_id")["scenario"]
     for run_id in dict.fromkeys(data.attempts["run_id"]):
-        figure = budget_curve(data.attempts, run_id=run_id)
+        window = windows.get(str(scenario_of[run_id]))
+        figure = budget_curve(data.attempts, run_id=run_id, provider_window=window)
         written += _save(figure, target / _file_stem(str(run_id)), formats)
     found = policy_episodes(data.attempts)
     summaries = data.summaries
-    if not found.empty:
+    judged = "expected_outcome" in summaries and summaries["expected_outcome"].notna().any()
+    if judged or not found.empty:
         written += _save(outcome_matrix(summaries), target / FIGURE_FILES["outcome_matrix"], formats)
+    if not found.empty:
         written += _save(rejected_per_episode(found), target / FIGURE_FILES["rejected_per_episode"], formats)
     written += _save(summarizer_cost(summaries), target / FIGURE_FILES["summarizer_cost"], formats)
     if "fact_survival" in summaries and summaries["fact_survival"].notna().any():

@@ -1,34 +1,36 @@
 """What a run directory holds: the attempt CSV, the manifest and the quick-look figures.
 
-Kept small on purpose: research figures belong to :mod:`simulator.research.report`; these are the
-run directory's quick look (one budget curve per scenario, one outcome chart). Figures are drawn
-with matplotlib's object API on the Agg canvas (no pyplot, no global backend switch), so this
-works headless and inside notebooks alike.
+The quick look (``ctxsim run --figures``) is a budget curve per run and the outcome matrix, drawn
+by :mod:`simulator.research.figures` (the full report is ``ctxsim report RUN_DIR``).
+:class:`FigureWriter` draws them in a worker process while the replays still run: drawing costs
+about as much CPU as the replays, and the overlap hides it only where a core is free.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import re
 import subprocess
-from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ctxrecover.policy import Policy
-from ctxrecover.sizes import format_payload_size
 from simulator.recorder import proxy_cap
 from simulator.replay import ReplayResult, expectation_problems
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
+    import pandas as pd
 
 __all__ = [
     "ATTEMPTS_CSV",
+    "FigureWriter",
     "MANIFEST_JSON",
-    "OUTCOMES_PNG",
+    "OUTCOME_MATRIX_PNG",
     "TIMING_COLUMNS",
     "code_version",
     "manifest",
@@ -40,27 +42,18 @@ __all__ = [
 
 ATTEMPTS_CSV = "attempts.csv"
 MANIFEST_JSON = "manifest.json"
-OUTCOMES_PNG = "outcomes.png"
-BUDGET_PNG = "budget-{scenario}.png"
+OUTCOME_MATRIX_PNG = "outcome-matrix.png"
+BUDGET_PNG = "budget-{scenario}.png"  # one run per scenario
+BUDGET_RUN_PNG = "budget-{scenario}--{transcript}.png"  # several transcripts per scenario
+UNSAFE_FILENAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 TIMING_COLUMNS: tuple[str, ...] = ("elapsed_ms",)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GIT_DESCRIBE = ("git", "describe", "--always", "--dirty", "--tags")
 GIT_TIMEOUT_S = 5.0
 PACKAGE = "ctxrecover"
-# Outcome chart: attempt outcome → (category, colour), categories stacked in this order.
-OUTCOME_CATEGORIES: Mapping[str, str] = MappingProxyType(
-    {
-        "ok": "tab:green",
-        "recovered": "tab:blue",
-        "truncated": "tab:olive",
-        "rejected": "tab:orange",
-        "failed": "tab:red",
-        "fail_fast_floor": "tab:purple",
-    }
-)
-FIGURE_DPI = 100
-BUDGET_FIGSIZE = (8.0, 4.0)
-KB = 1024
+PNG_METADATA: Mapping[str, None] = MappingProxyType({"Software": None})  # same figure, same bytes
+# The figure worker: a fresh interpreter (no fork of a process that may hold threads).
+WORKER_START_METHODS: tuple[str, ...] = ("forkserver", "spawn")
 
 
 def write_attempts_csv(results: Sequence[ReplayResult], path: Path, *, timing: bool = True) -> Path:
@@ -125,6 +118,7 @@ def manifest(
                 "source": str(s.source) if s.source else None,
                 "description": s.description,
                 "seed": s.seed,
+                "provider": dataclasses.asdict(s.provider),
                 "proxy_cap": proxy_cap(s),
                 "policy_overrides": s.policy_overrides(),
                 "expect": dataclasses.asdict(s.expect),
@@ -164,77 +158,105 @@ def write_manifest(path: Path, document: Mapping[str, Any]) -> Path:
     return path
 
 
-def _category(outcome: str) -> str:
-    if outcome.startswith("recovered@"):
-        return "recovered"
-    if outcome.startswith("rejected:"):
-        return "rejected"
-    return outcome
+def _safe(name: str) -> str:
+    return UNSAFE_FILENAME_CHARS.sub("_", name).strip("_") or "run"
 
 
-def _budget_axes(ax: Axes, runs: Sequence[ReplayResult]) -> None:
-    for result in runs:
-        records = result.records
-        xs = list(range(1, len(records) + 1))
-        sizes = [r.request_bytes / KB for r in records]
-        (line,) = ax.plot(xs, sizes, marker=".", linewidth=1, label=f"{result.transcript.name} request")
-        learned = [r.learned_cap / KB if r.learned_cap is not None else float("nan") for r in records]
-        if any(r.learned_cap is not None for r in records):
-            ax.step(xs, learned, where="post", linestyle=":", color=line.get_color(),
-                    label=f"{result.transcript.name} learned cap")
-        rejected = [(x, s) for x, s, r in zip(xs, sizes, records, strict=True)
-                    if _category(r.outcome) in ("rejected", "failed", "fail_fast_floor")]
-        if rejected:
-            ax.scatter(*zip(*rejected, strict=True), marker="x", color="tab:red", zorder=3,
-                       label=f"{result.transcript.name} rejected")
-    cap = proxy_cap(runs[0].scenario)
-    if cap is not None:
-        ax.axhline(cap / KB, color="black", linestyle="--", linewidth=1,
-                   label=f"proxy cap {format_payload_size(cap)}")
-    ax.set_xlabel("attempt")
-    ax.set_ylabel("request body (KB)")
-    ax.set_title(f"{runs[0].scenario.name}: request bytes per attempt")
-    ax.legend(fontsize="small", loc="best")
+def budget_file(result: ReplayResult, *, per_transcript: bool) -> str:
+    """The budget curve's file name: per scenario, or per scenario and transcript."""
+    if per_transcript:
+        transcript = _safe(result.transcript.name)
+        return BUDGET_RUN_PNG.format(scenario=_safe(result.scenario.name), transcript=transcript)
+    return BUDGET_PNG.format(scenario=_safe(result.scenario.name))
 
 
-def _outcome_axes(ax: Axes, results: Sequence[ReplayResult]) -> None:
-    scenarios = list(dict.fromkeys(r.scenario.name for r in results))
-    counts = {name: Counter() for name in scenarios}  # type: dict[str, Counter[str]]
-    for result in results:
-        counts[result.scenario.name].update(_category(r.outcome) for r in result.records)
-    left = [0] * len(scenarios)
-    for category, colour in OUTCOME_CATEGORIES.items():
-        widths = [counts[name][category] for name in scenarios]
-        if any(widths):
-            ax.barh(scenarios, widths, left=left, color=colour, label=category)
-            left = [a + b for a, b in zip(left, widths, strict=True)]
-    ax.invert_yaxis()
-    ax.set_xlabel("attempts")
-    ax.set_title("attempt outcomes per scenario")
-    ax.legend(fontsize="small", loc="lower right")
+def _warm_up() -> None:
+    """Import the plotting stack while the replays run (the first figure then starts at once)."""
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import pandas  # noqa: F401
+
+    import simulator.research.figures  # noqa: F401
+
+
+def _save_png(figure: Any, path: Path) -> Path:
+    figure.savefig(path, format="png", metadata=dict(PNG_METADATA))
+    return path
+
+
+def _draw_budget(frame: pd.DataFrame, provider_window: int, path: Path) -> Path:
+    from simulator.research.figures import budget_curve
+
+    return _save_png(budget_curve(frame, provider_window=provider_window), path)
+
+
+def _draw_matrix(summaries: pd.DataFrame, path: Path) -> Path:
+    from simulator.research.figures import outcome_matrix
+
+    return _save_png(outcome_matrix(summaries), path)
+
+
+def _summaries(results: Sequence[ReplayResult]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame([r.summary for r in results])
+
+
+class FigureWriter:
+    """Draws a run directory's figures in a worker process, overlapping the replays.
+
+    ``add(result)`` queues the run's budget curve as soon as its replay ends;
+    ``finish(results)`` queues the outcome matrix and waits for every file. Use it as a
+    context manager so the worker stops even when a replay fails::
+
+        with FigureWriter(out, per_transcript=False) as figures:
+            for ...:
+                figures.add(replay(...))
+            paths = figures.finish(results)
+    """
+
+    def __init__(self, directory: Path, *, per_transcript: bool) -> None:
+        self.directory = Path(directory)
+        self.per_transcript = per_transcript
+        methods = multiprocessing.get_all_start_methods()
+        method = next(m for m in WORKER_START_METHODS if m in methods)
+        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context(method))
+        self._warm = self._pool.submit(_warm_up)
+        self._pending: list[Future[Path]] = []
+
+    def add(self, result: ReplayResult) -> None:
+        """Queue the budget curve of one finished replay."""
+        path = self.directory / budget_file(result, per_transcript=self.per_transcript)
+        self._pending.append(
+            self._pool.submit(_draw_budget, result.frame, result.scenario.provider.context_window, path)
+        )
+
+    def finish(self, results: Sequence[ReplayResult]) -> list[Path]:
+        """Queue the outcome matrix of ``results``, wait for every figure, return their paths in order."""
+        self._pending.append(
+            self._pool.submit(_draw_matrix, _summaries(results), self.directory / OUTCOME_MATRIX_PNG)
+        )
+        self._warm.result()
+        return [future.result() for future in self._pending]
+
+    def __enter__(self) -> FigureWriter:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def write_figures(results: Sequence[ReplayResult], directory: Path) -> list[Path]:
-    """A budget curve per scenario and the outcome bar chart, as PNG files in ``directory``."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    """The quick-look figures of ``results`` in ``directory``, drawn in this process.
 
-    written: list[Path] = []
-    by_scenario: dict[str, list[ReplayResult]] = {}
-    for result in results:
-        by_scenario.setdefault(result.scenario.name, []).append(result)
-    for name, runs in by_scenario.items():
-        figure = Figure(figsize=BUDGET_FIGSIZE, dpi=FIGURE_DPI, layout="constrained")
-        FigureCanvasAgg(figure)
-        _budget_axes(figure.add_subplot(), runs)
-        path = directory / BUDGET_PNG.format(scenario=name)
-        figure.savefig(path)
-        written.append(path)
-    height = max(2.5, 0.4 * len(by_scenario) + 1.5)
-    figure = Figure(figsize=(8.0, height), dpi=FIGURE_DPI, layout="constrained")
-    FigureCanvasAgg(figure)
-    _outcome_axes(figure.add_subplot(), results)
-    path = directory / OUTCOMES_PNG
-    figure.savefig(path)
-    written.append(path)
-    return written
+    A budget curve per run (per scenario when each scenario ran one transcript) and the
+    outcome matrix (:data:`OUTCOME_MATRIX_PNG`); :class:`FigureWriter` draws the same files
+    in a worker process.
+    """
+    names = [r.scenario.name for r in results]
+    per_transcript = len(names) > len(set(names))  # a scenario ran several transcripts
+    written = [
+        _draw_budget(r.frame, r.scenario.provider.context_window,
+                     Path(directory) / budget_file(r, per_transcript=per_transcript))
+        for r in results
+    ]
+    return [*written, _draw_matrix(_summaries(results), Path(directory) / OUTCOME_MATRIX_PNG)]

@@ -27,7 +27,7 @@ from ctxrecover.policy import DEFAULT_POLICY, Policy
 from simulator.proxy.scenario import Scenario, list_scenarios, load_scenario
 from simulator.replay import ReplayResult, replay
 from simulator.research.figures import budget_curve
-from simulator.workloads import FIXTURE_TRANSCRIPTS_DIR
+from simulator.workloads import bundled_transcripts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,7 +47,9 @@ __all__ = [
     "summary_frame",
 ]
 
-DEFAULT_SCENARIO = "corporate-128k-waf"
+# The dashboard opens on a scenario where every slider moves the result (tests/simulator/research/
+# test_widgets.py checks two values of each): planned compaction and the recovery ladder both act there.
+DEFAULT_SCENARIO = "bedrock-window-misconfigured"
 # Transcript dropdown entry for "the scenario's own [workload] transcript".
 WORKLOAD_TRANSCRIPT = "(scenario workload)"
 # Summarizer dropdown entry for "the summarizer the scenario names" (no override).
@@ -71,10 +73,18 @@ CONTROL_NAMES: tuple[str, ...] = ("scenario", "transcript", *POLICY_SLIDERS, "su
 DASHBOARD_POLICY_NAME = "dashboard"
 INVALID_POLICY_PREFIX = "⚠ no replay: "
 FIGURE_DPI = 100
+FLOAT_SHOWN = "{:.4g}"  # floats in the summary table: 0.3, not 0.30000000000000004
 PNG_METADATA = MappingProxyType({"Software": None})  # no version stamp: same figure, same bytes
 SLIDER_WIDTH = "460px"
 DESCRIPTION_WIDTH = "110px"
 SUMMARY_COLUMN = "value"
+
+
+def _on_step(name: str, value: float) -> float:
+    """A float slider's value rounded to its step's decimals (a browser sends 0.1 + 4 × 0.05 as
+    0.30000000000000004)."""
+    decimals = len(repr(POLICY_SLIDERS[name][2]).partition(".")[2])
+    return round(value, decimals)
 
 
 def _with_summarizer(scenario: Scenario, behaviour: str) -> Scenario:
@@ -112,7 +122,7 @@ def run_replay(
     if summarizer != SCENARIO_SUMMARIZER:
         spec = _with_summarizer(spec, summarizer)
     policy = base_policy.replace(
-        budget_ratio=budget_ratio,
+        budget_ratio=_on_step("budget_ratio", budget_ratio),
         keep_recent=keep_recent,
         emergency_keep_messages=emergency_keep_messages,
         microcompact_truncate_turns=microcompact_truncate_turns,
@@ -121,7 +131,7 @@ def run_replay(
     )
     chosen = None if transcript == WORKLOAD_TRANSCRIPT else transcript
     result = replay_fn(chosen, spec, policy=policy, seed=seed, policy_name=DASHBOARD_POLICY_NAME)
-    return budget_curve(result.frame), _summary(result)
+    return budget_curve(result.frame, provider_window=spec.provider.context_window), _summary(result)
 
 
 def _summary(result: ReplayResult) -> dict[str, Any]:
@@ -153,8 +163,16 @@ def summary_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
     """A :func:`run_replay` summary as a one-column table (one row per key), for display."""
     import pandas as pd
 
-    values = ["—" if value is None else str(value) for value in summary.values()]
+    values = [_shown(value) for value in summary.values()]
     return pd.DataFrame({SUMMARY_COLUMN: values}, index=pd.Index(list(summary), name="key"))
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return FLOAT_SHOWN.format(value)
+    return str(value)
 
 
 def figure_png(figure: Figure) -> bytes:
@@ -162,11 +180,6 @@ def figure_png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=FIGURE_DPI, metadata=dict(PNG_METADATA))
     return buffer.getvalue()
-
-
-def _bundled_transcripts() -> list[str]:
-    files = sorted(FIXTURE_TRANSCRIPTS_DIR.glob("*.jsonl"), key=lambda path: path.stat().st_size)
-    return [path.stem for path in files]
 
 
 def replay_controls(
@@ -189,7 +202,7 @@ def replay_controls(
     scenarios = list_scenarios()
     if scenario not in scenarios:
         raise ValueError(f"unknown scenario {scenario!r}; bundled: {', '.join(scenarios)}")
-    transcripts = [WORKLOAD_TRANSCRIPT, *_bundled_transcripts()]
+    transcripts = [WORKLOAD_TRANSCRIPT, *bundled_transcripts()]
     if transcript not in transcripts:
         raise ValueError(f"unknown transcript {transcript!r}; use one of {', '.join(transcripts)}")
     if summarizer not in SUMMARIZER_CHOICES:
@@ -205,6 +218,10 @@ def replay_controls(
         slider = widgets.FloatSlider if isinstance(value, float) else widgets.IntSlider
         controls[name] = slider(value=value, min=low, max=high, step=step, description=label,
                                 continuous_update=False, style=style, layout=layout)
+    # Old tool results are previewed before they are cleared: the "summarize after" slider never goes
+    # below "preview after" (Policy rejects the inverted pair).
+    widgets.dlink((controls["microcompact_truncate_turns"], "value"),
+                  (controls["microcompact_summarize_turns"], "min"))
     controls["summarizer"] = widgets.Dropdown(options=SUMMARIZER_CHOICES, value=summarizer,
                                               description="summarizer", style=style, layout=layout)
     return controls

@@ -57,6 +57,7 @@ SEED_DEFAULTS = {
     "learned_cap_factor": 0.75,
     "cap_strategy": "three_quarters",  # SPEC §11: the seed's ¾ rule is the default strategy
     "bisection_tolerance": 0.02,
+    "retry_min_reduction": 0.005,  # SPEC §11: a retry a hair below a rejection is not sent
     "assumed_payload_cap": 4 * 1024 * 1024,
     "floor_warning_fraction": 0.75,
     "preflight_cap_fraction": 0.85,

@@ -19,7 +19,6 @@ from simulator.research.retention import field_losses
 from simulator.research.run_files import write_attempts_csv
 from simulator.transcripts.loaders import Fact, transcript_from_messages
 from simulator.workloads import (
-    FALLBACK_TRANSCRIPT,
     GENERATED_TRANSCRIPT,
     ReplayError,
     find_transcript,
@@ -113,10 +112,12 @@ def test_generated_workload_is_the_chat_fixture_cut_where_the_history_reaches_it
     assert all(f.message_index < len(shaped.messages) for f in shaped.facts)
 
 
-def test_a_workload_transcript_that_is_not_available_falls_back_to_a_bundled_one() -> None:
-    transcript = workload_transcript(scenario_with(Workload(transcript="no-such-transcript.traj")))
+def test_a_workload_transcript_that_is_not_bundled_is_a_replay_error_naming_the_scenario() -> None:
+    scenario = scenario_with(Workload(transcript="no-such-transcript.traj"))
 
-    assert transcript.messages == load_named_transcript(FALLBACK_TRANSCRIPT).messages
+    with pytest.raises(ReplayError, match=rf"scenario {scenario.name!r}: \[workload\] transcript "
+                                          r"no-such-transcript.traj: no such transcript file"):
+        workload_transcript(scenario)
 
 
 def test_an_unknown_transcript_name_is_a_replay_error_naming_it() -> None:

@@ -67,6 +67,7 @@ class Case:
 
 CASES: dict[str, Case] = {
     "anthropic-200k-overflow": Case("chat-50k"),
+    "bedrock-window-misconfigured": Case(None),  # its workload: the SWE-agent format fixture
     "cloudflare-waf-403": Case(None),  # its workload: the chat fixture cut at 400 KB
     "corporate-128k-waf": Case("chat-50k"),
     "eof-mid-post-512k": Case("chat-long-answers-600k", wide=True),

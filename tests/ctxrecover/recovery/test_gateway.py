@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 
 import httpx
@@ -73,7 +74,8 @@ def test_a_first_rejection_learns_three_quarters_of_its_size_and_says_so() -> No
     judged = judge(before, nginx_413(REJECTED), REJECTED)
     assert judged.verdict is Verdict.SIZE_LIMIT
     assert judged.model.learned_cap == judged.model.effective_cap == REJECTED * 3 // 4 == 97_075
-    assert judged.model.smallest_rejected == judged.model.hard_limit == REJECTED
+    assert judged.model.smallest_rejected == REJECTED
+    assert judged.model.hard_limit == math.ceil(REJECTED * 0.995)  # less than 0.5% below: known to fail too
     notice = cap_notice(before, judged.model)
     assert notice is not None and notice.code == "learned_cap"
     assert notice.message == LEARNED % ("126.4 KB", "94.8 KB")
@@ -111,10 +113,21 @@ def test_the_cap_rises_when_larger_requests_pass() -> None:
     # the session says it when a rejection moves the cap; a rise from an accepted request is silent,
     # or requests that grow turn by turn would repeat the rejection's notice every turn
     assert cap_notice(below, above, accepted=True) is None
+
     lifted = above.accepted(REJECTED + 1, policy=DEFAULT_POLICY)
     assert lifted.learned_cap is None
     lift = cap_notice(above, lifted, accepted=True)
     assert lift is not None and lift.message.startswith("ℹ Gateway accepted a 126.4 KB request")
+
+
+def test_a_cap_move_too_small_to_show_is_not_announced_again() -> None:
+    first = judge(GatewayModel(), nginx_413(200_000), 200_000).model
+    hair = judge(first, nginx_413(199_990), 199_990).model
+    assert (first.learned_cap, hair.learned_cap) == (150_000, 149_992)  # both "146.5 KB"
+    assert cap_notice(first, hair) is None
+    lower = judge(hair, nginx_413(150_000), 150_000).model
+    notice = cap_notice(hair, lower)
+    assert notice is not None and notice.message == LEARNED % ("146.5 KB", "109.9 KB")
 
 
 def test_a_request_accepted_at_or_above_a_rejection_lifts_that_evidence() -> None:
@@ -156,11 +169,27 @@ def test_every_policy_strategy_has_a_target() -> None:
     assert set(CAP_TARGETS) == set(CAP_STRATEGIES)
 
 
-def test_known_too_large_is_at_or_above_the_smallest_rejection() -> None:
+def test_known_too_large_is_at_or_above_the_smallest_rejection_less_the_resolution() -> None:
     model = judge(GatewayModel(), nginx_413(REJECTED), REJECTED).model
     assert model.known_too_large(REJECTED) and model.known_too_large(REJECTED + 1)
-    assert not model.known_too_large(REJECTED - 1)
+    near = math.ceil(REJECTED * (1 - DEFAULT_POLICY.retry_min_reduction))  # 647 bytes off: learns nothing
+    assert model.known_too_large(near) and not model.known_too_large(near - 1)
+    exact = judge(GatewayModel(resolution=0.0), nginx_413(REJECTED), REJECTED).model
+    assert exact.known_too_large(REJECTED) and not exact.known_too_large(REJECTED - 1)
     assert not GatewayModel().known_too_large(10**9)
+
+
+def test_the_resolution_never_reaches_below_what_passed() -> None:
+    model = GatewayModel().accepted(REJECTED - 10, policy=DEFAULT_POLICY)
+    judged = judge(model, nginx_413(REJECTED), REJECTED).model
+    assert judged.hard_limit == REJECTED - 9  # the accepted size is never known to fail
+    assert not judged.known_too_large(REJECTED - 10)
+
+
+def test_the_resolution_comes_from_the_policy_and_is_validated() -> None:
+    assert GatewayModel.from_policy(Policy(retry_min_reduction=0.05)).resolution == 0.05
+    with pytest.raises(ConfigError, match="GatewayModel.resolution must be a fraction in"):
+        GatewayModel(resolution=1.0)
 
 
 def test_a_configured_cap_is_the_one_in_force_when_tighter_and_is_named_so() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import socket
@@ -12,11 +13,17 @@ import time
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 
+import ctxrecover
 from simulator.cli import main, policy_from_spec
+from simulator.cli.common import package_version
+from simulator.cli.output import format_archive_sources, run_document
 from simulator.providers.mock import MockProvider
 from simulator.proxy.loopback import LoopbackServer
+from simulator.proxy.scenario import SCENARIOS_DIR as SCENARIOS
+from simulator.replay import replay
 from simulator.research.metrics import RUN_COLUMNS
 from simulator.transcripts.loaders import load_transcript
 from simulator.workloads import load_named_transcript
@@ -65,7 +72,7 @@ def test_run_writes_the_csv_manifest_and_figures_and_prints_the_table(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     out = tmp_path / "run"
-    code, stdout, _ = run_cli(capsys, *TINY_RUN, "--out", str(out))
+    code, stdout, _ = run_cli(capsys, *TINY_RUN, "--figures", "--out", str(out))
 
     assert code == 0
     header = stdout.splitlines()[0].split()
@@ -76,7 +83,7 @@ def test_run_writes_the_csv_manifest_and_figures_and_prints_the_table(
 
     csv_header = (out / "attempts.csv").read_text(encoding="utf-8").splitlines()[0]
     assert csv_header.split(",") == list(RUN_COLUMNS)
-    for name in ("budget-corporate-128k-waf.png", "budget-rate-limit-429.png", "outcomes.png"):
+    for name in ("budget-corporate-128k-waf.png", "budget-rate-limit-429.png", "outcome-matrix.png"):
         assert (out / name).read_bytes().startswith(PNG_MAGIC)
 
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
@@ -87,6 +94,138 @@ def test_run_writes_the_csv_manifest_and_figures_and_prints_the_table(
     assert transcript["sha256"] == load_named_transcript("chat-50k").sha256
     assert manifest["seed"] is None
     assert {r["outcome"] for r in manifest["runs"]} == {"recovered", "no_compaction"}
+    assert manifest["scenarios"][0]["provider"]["context_window"] == 200_000
+
+
+def test_run_draws_no_figure_unless_asked_and_says_how_to_draw_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    code, stdout, _ = run_cli(capsys, *TINY_RUN, "--out", str(out))
+
+    assert code == 0 and stdout.splitlines()[-2:] == [
+        f"wrote {out}/: attempts.csv, manifest.json", f"figures: ctxsim report {out}"]
+    assert sorted(p.name for p in out.iterdir()) == ["attempts.csv", "manifest.json"]
+    assert run_cli(capsys, "report", str(out))[0] == 0
+    assert (out / "report" / "outcome-matrix.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_version_names_the_installed_package(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "--version")
+
+    assert code == 0 and err == ""
+    assert out == f"ctxsim {package_version()}\n" and package_version() == ctxrecover.__version__
+
+
+def missed_scenario(tmp_path: Path) -> Path:
+    """rate-limit-429, expecting a recovery it never makes (a rate limit is never compacted)."""
+    text = (SCENARIOS / "rate-limit-429.toml").read_text(encoding="utf-8")
+    path = tmp_path / "expects-too-much.toml"
+    path.write_text(text.replace('outcome = "no_compaction"', 'outcome = "recovered"'), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("command", ["run", "replay"])
+def test_a_missed_expectation_exits_1_unless_report_only(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    def argv(scenario: Path) -> list[str]:
+        if command == "run":
+            return ["run", "--scenarios", str(scenario), "--no-figures", "--out", str(tmp_path / "run")]
+        return ["replay", "--scenario", str(scenario)]
+
+    code, out, _ = run_cli(capsys, *argv(missed_scenario(tmp_path)))
+    assert code == 1 and "outcome no_compaction, expected recovered" in out
+    code, out_again, _ = run_cli(capsys, *argv(missed_scenario(tmp_path)), "--report-only")
+    assert code == 0 and "outcome no_compaction, expected recovered" in out_again
+    assert run_cli(capsys, *argv(SCENARIOS / "rate-limit-429.toml"))[0] == 0  # met: exit 0
+
+
+def test_run_json_reports_every_scenario_and_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    code, stdout, _ = run_cli(capsys, *TINY_RUN, "--no-figures", "--json", "--out", str(out))
+
+    document = json.loads(stdout)
+    assert code == 0 and document["run_dir"] == str(out) and document["expectations_met"] is True
+    assert document["files"] == ["attempts.csv", "manifest.json"]
+    waf, limit = document["scenarios"]
+    assert (waf["scenario"], waf["failures_by_kind"], waf["outcomes"]) == (
+        "corporate-128k-waf", {"waf_rejection": 1}, {"recovered": 1})
+    assert (limit["expected_outcome"], limit["expectation_met"], limit["rejected_requests"]) == (
+        "no_compaction", True, 1)
+    run = document["runs"][0]
+    assert run["transcript"] == "chat-50k" and run["problems"] == [] and run["chars_lost"] == 0
+    assert run["attempts"] == len(pd.read_csv(out / "attempts.csv").query("scenario == 'corporate-128k-waf'"))
+
+
+def test_the_failures_column_counts_truncated_answers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ("run", "--scenarios", "max-tokens-truncation", "--no-figures", "--out", str(tmp_path / "run"))
+    code, table, _ = run_cli(capsys, *argv)
+    assert code == 0
+    (row,) = [line for line in table.splitlines() if line.startswith("max-tokens-truncation")]
+    attempts = pd.read_csv(tmp_path / "run" / "attempts.csv")
+    truncated = int((attempts["outcome"] == "truncated").sum())
+    assert truncated == 2 and f"output_truncated={truncated}" in row
+
+    code, stdout, _ = run_cli(capsys, *argv, "--json")
+    assert json.loads(stdout)["scenarios"][0]["failures_by_kind"] == {"output_truncated": 2}
+
+
+def test_replay_json_holds_the_run_its_notices_and_every_attempt(capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, _ = run_cli(capsys, "replay", "--transcript", "chat-50k", "--scenario",
+                              "corporate-128k-waf", "--json")
+
+    document = json.loads(stdout)
+    assert code == 0
+    assert document["run"]["outcome"] == "recovered" and document["run"]["expectation_met"] is True
+    assert RECOVERABLE_WAF in document["notices"]
+    assert [a["outcome"] for a in document["attempts"]].count("rejected:waf_rejection") == 1
+    assert set(document["attempts"][0]) == set(RUN_COLUMNS)
+
+
+def test_classify_json_is_the_failure_as_plain_values(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Rate limit exceeded: tokens per minute"))
+
+    code, stdout, _ = run_cli(capsys, "classify", "--status", "429", "--json")
+
+    document = json.loads(stdout)
+    assert code == 0
+    assert (document["kind"], document["recoverable"], document["status"]) == ("rate_limit", False, 429)
+    assert list(document) == ["kind", "reason", "reason_text", "provider", "status", "rejected_bytes",
+                              "recoverable", "evidence"]
+
+
+def test_a_missing_extra_is_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # as if the "sim" extra were not installed
+
+    code, out, err = run_cli(capsys, "run", "--scenarios", "rate-limit-429", "--no-figures",
+                             "--out", str(tmp_path / "run"))
+
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err == ('ctxsim: error: this command needs the \'sim\' extra (tqdm is not installed): '
+                   'pip install "ctxrecover[sim]"\n')
+
+
+def test_archived_chars_by_source_are_tabled_when_the_stats_break_them_down() -> None:
+    @dataclasses.dataclass
+    class Stats:
+        chars_archived_by_source: dict[str, int]
+
+    result = replay("chat-50k", "corporate-128k-waf")
+    assert format_archive_sources([result]) is None  # the stats give no breakdown: no table
+    split = dataclasses.replace(result, stats=Stats({"planned": 1200, "recovery": 98_000}))
+
+    table = format_archive_sources([split])
+    assert table is not None
+    assert table.splitlines()[0].split() == ["scenario", "planned", "recovery"]
+    assert table.splitlines()[2].split() == ["corporate-128k-waf", "1,200", "98,000"]
+    assert run_document(split)["chars_archived_by_source"] == {"planned": 1200, "recovery": 98_000}
 
 
 def test_run_twice_without_timing_gives_byte_identical_csvs(

@@ -35,7 +35,8 @@ from simulator.proxy.scenario import (
 
 KB = 1024
 BUNDLED = (
-    "anthropic-200k-overflow", "cloudflare-waf-403", "corporate-128k-waf", "eof-mid-post-512k",
+    "anthropic-200k-overflow", "bedrock-window-misconfigured", "cloudflare-waf-403", "corporate-128k-waf",
+    "eof-mid-post-512k",
     "floor-too-big", "gemini-1m-overflow", "header-431", "max-tokens-truncation", "nginx-1m-413",
     "openai-128k-overflow", "rate-limit-429", "rst-after-256k", "summarizer-overflows", "summarizer-refuses",
 )
@@ -61,6 +62,7 @@ def test_every_bundled_scenario_loads_with_a_description_and_an_expectation(name
 
 EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
     "corporate-128k-waf": ("bedrock-converse", ["bedrock-html-403"], "recovered", "waf_rejection"),
+    "bedrock-window-misconfigured": ("bedrock-converse", [], "recovered", "context_overflow"),
     "nginx-1m-413": ("openai-chat", ["body-cap"], "recovered", "payload_too_large"),
     "cloudflare-waf-403": ("anthropic", ["waf-403-html"], "recovered", "waf_rejection"),
     "eof-mid-post-512k": ("openai-chat", ["close-after-body"], "recovered", "suspected_payload"),

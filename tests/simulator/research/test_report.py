@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import io
+import itertools
 import json
 import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from ctxrecover.events import SessionStats
 from simulator.research import run_files
 from simulator.research.figures import (
+    VERDICTS,
     budget_curve,
     cost_vs_fact_survival,
+    outcome_cells,
     outcome_matrix,
     rejected_per_episode,
     summarizer_cost,
@@ -27,7 +33,9 @@ from simulator.research.report import (
     MANIFEST_JSON,
     REPORT_DIR,
     SUMMARY_CSV,
+    archived_by_source,
     comparison_table,
+    failure_counts,
     load_run,
     markdown_table,
     policy_episodes,
@@ -117,39 +125,90 @@ def line_labels(figure: Figure) -> list[str]:
 
 
 def collection(figure: Figure, label: str) -> list[tuple[float, float]]:
-    (found,) = [c for c in figure.axes[0].collections if c.get_label() == label]
+    (found,) = [c for ax in figure.axes for c in ax.collections if c.get_label() == label]
     return [(float(x), float(y)) for x, y in found.get_offsets()]
 
 
 # -- budget curve -------------------------------------------------------------------------------
-def test_budget_curve_draws_wire_bytes_weight_window_and_caps_as_lines(attempts: pd.DataFrame) -> None:
+def wire_and_tokens(figure: Figure) -> tuple[Axes, Axes]:
+    wire, tokens = figure.axes
+    return wire, tokens
+
+
+def labels(ax: Axes) -> list[str]:
+    return [artist.get_label() for artist in [*ax.get_lines(), *ax.patches]]
+
+
+def test_budget_curve_draws_wire_bytes_and_caps_apart_from_tokens_and_window(attempts: pd.DataFrame) -> None:
     figure = budget_curve(attempts, run_id="default/waf/0")
+    wire, tokens = wire_and_tokens(figure)
     assert isinstance(figure, Figure)
     assert figure.canvas.manager is None  # not registered with pyplot
-    assert line_labels(figure) == [
-        "request body (wire bytes)",
-        "history weight (chars)",
-        "context window × 4 chars/token",
-        "proxy cap (bytes)",
-        "learned cap (bytes)",
-    ]
-    request, _weight, window, cap, learned = figure.axes[0].get_lines()
-    assert list(request.get_ydata()) == [1000, 1500, 3200, 2500, 1800, 2000]
-    assert set(window.get_ydata()) == {WINDOW_TOKENS * 4}
-    assert set(cap.get_ydata()) == {PROXY_CAP}
-    assert [y for y in learned.get_ydata() if not math.isnan(y)] == [LEARNED_CAP] * 3
-    assert "default/waf/0" in figure.axes[0].get_title()
+    assert labels(wire) == ["request body", "proxy cap", "learned cap"]
+    assert labels(tokens) == ["request (estimated input tokens)", "context window the session assumed"]
+    request = wire.get_lines()[0]
+    assert list(request.get_ydata()) == [b / 1024 for b in [1000, 1500, 3200, 2500, 1800, 2000]]
+    cap, learned = wire.patches
+    assert set(cap.get_data().values) == {PROXY_CAP / 1024}
+    assert [v for v in learned.get_data().values if not math.isnan(v)] == [LEARNED_CAP / 1024] * 3
+    assert list(tokens.get_lines()[0].get_ydata()) == [250, 375, 500, 500, 500, 625]
+    assert set(tokens.patches[0].get_data().values) == {WINDOW_TOKENS}
+    assert "default/waf/0" in figure.get_suptitle()
+
+
+def test_budget_curve_names_binary_units_and_never_puts_chars_on_an_axis(attempts: pd.DataFrame) -> None:
+    figure = budget_curve(attempts, run_id="default/waf/0")
+    wire, tokens = wire_and_tokens(figure)
+    assert (wire.get_ylabel(), tokens.get_ylabel()) == ("wire bytes (KiB)", "tokens")
+    every_label = [*labels(wire), *labels(tokens), wire.get_ylabel(), tokens.get_ylabel()]
+    assert not [label for label in every_label if "char" in label]
+    big = records_to_frame([attempt("p/s/0", 0, 1, "ok", request_bytes=3 * 1024 * 1024, proxy_cap=None)])
+    assert budget_curve(big).axes[0].get_ylabel() == "wire bytes (MiB)"
+
+
+def test_budget_curve_title_names_the_window_and_the_cap(attempts: pd.DataFrame) -> None:
+    title = budget_curve(attempts, run_id="default/waf/0").get_suptitle()
+    assert "waf × default: window 1,000 tokens · proxy cap 2.9 KiB" in title
+    title = budget_curve(attempts, run_id="default/waf/0", provider_window=800).get_suptitle()
+    assert "window 800 tokens" in title  # the provider's window, when given, is the scenario's
+
+
+def test_budget_curve_zooms_the_wire_axis_to_the_requests_and_caps_not_the_window() -> None:
+    # A WAF at 125 KiB and requests of 100-130 KB under a 200k-token window (800 KB as chars).
+    sizes = [100_000, 112_000, 124_000, 131_000, 104_000]
+    frame = records_to_frame([
+        attempt("p/waf/0", turn, 1, "rejected:waf_rejection" if size > 128_000 else "ok", request_bytes=size,
+                proxy_cap=128_000, context_window=200_000, estimated_tokens=size // 4)
+        for turn, size in enumerate(sizes)
+    ])
+    wire, tokens = wire_and_tokens(budget_curve(frame))
+    bottom, top = wire.get_ylim()
+    assert bottom == 0 and top == pytest.approx(131_000 / 1024 * 1.12)
+    assert (128_000 / 1024 - bottom) / (top - bottom) > 0.8  # the cap sits high on the panel
+    assert tokens.get_ylim()[1] >= 200_000  # the window is on its own panel
+
+
+def test_a_one_request_run_is_drawn_in_a_readable_band_with_its_cap_across() -> None:
+    frame = records_to_frame([attempt("p/floor/0", 0, 1, "fail_fast_floor", request_bytes=146_500,
+                                      proxy_cap=131_072, estimated_tokens=36_000, context_window=200_000)])
+    wire, tokens = wire_and_tokens(budget_curve(frame))
+    assert tokens.get_xlim() == (0.5, 1.5) and wire.get_xlim() == (0.5, 1.5)
+    (cap,) = wire.patches
+    assert list(cap.get_data().edges) == [0.5, 1.5] and list(cap.get_data().values) == [128.0]
+    bottom, top = wire.get_ylim()
+    assert bottom < 128.0 < 146_500 / 1024 < top
+    assert collection(wire.figure, "rejected") == [(1.0, 146_500 / 1024)]
 
 
 def test_budget_curve_marks_compactions_with_their_level_and_rejections(attempts: pd.DataFrame) -> None:
     figure = budget_curve(attempts, run_id="none/waf/0")
-    assert collection(figure, "compaction (L1–L3)") == [(4, 2500)]
-    assert collection(figure, "rejected") == [(3, 3200), (4, 2500), (5, 2400)]  # failed counts as rejected
+    assert collection(figure, "compaction (L1–L3)") == [(4, 2500 / 1024)]  # exact: KiB are powers of 2
+    assert collection(figure, "rejected") == [(3, 3200 / 1024), (4, 2500 / 1024), (5, 2400 / 1024)]
     assert texts(figure) == ["L1"]
 
 
 def test_budget_curve_ticks_the_first_request_of_each_turn(attempts: pd.DataFrame) -> None:
-    axes = budget_curve(attempts, run_id="default/waf/0").axes[0]
+    axes = budget_curve(attempts, run_id="default/waf/0").axes[1]
     assert list(axes.get_xticks()) == [1, 2, 3, 6]
     assert [label.get_text() for label in axes.get_xticklabels()] == ["t0", "t1", "t2", "t3"]
 
@@ -159,13 +218,18 @@ def test_budget_curve_leaves_out_caps_the_run_does_not_have() -> None:
         [attempt("p/s/0", turn, 1, "ok", proxy_cap=None, context_window=None) for turn in range(3)]
     )
     figure = budget_curve(frame)
-    assert line_labels(figure) == ["request body (wire bytes)", "history weight (chars)"]
-    assert len(figure.axes[0].collections) == 0 and figure.axes[0].get_yscale() == "linear"
+    wire, tokens = wire_and_tokens(figure)
+    assert labels(wire) == ["request body"] and labels(tokens) == ["request (estimated input tokens)"]
+    assert len(wire.collections) == 0 and tokens.get_yscale() == "linear"
+    assert "no context window recorded · no proxy cap" in figure.get_suptitle()
 
 
-def test_budget_curve_goes_logarithmic_when_the_window_dwarfs_the_requests() -> None:
+def test_budget_curve_draws_the_provider_window_and_goes_log_when_a_window_dwarfs_the_requests() -> None:
     frame = records_to_frame([attempt("p/s/0", 0, 1, "ok", context_window=200_000)])
-    assert budget_curve(frame).axes[0].get_yscale() == "log"
+    _wire, tokens = wire_and_tokens(budget_curve(frame, provider_window=8000))
+    assert tokens.get_yscale() == "log"
+    (window,) = [line for line in tokens.get_lines() if line.get_label() == "provider's context window"]
+    assert list(window.get_ydata()) == [8000, 8000]
 
 
 def test_budget_curve_needs_a_run_id_when_the_frame_holds_several(attempts: pd.DataFrame) -> None:
@@ -178,7 +242,7 @@ def test_budget_curve_needs_a_run_id_when_the_frame_holds_several(attempts: pd.D
 @pytest.mark.parametrize(
     ("function", "dropped", "named"),
     [
-        (budget_curve, ["learned_cap", "history_weight"], "history_weight, learned_cap"),
+        (budget_curve, ["learned_cap", "estimated_tokens"], "estimated_tokens, learned_cap"),
         (policy_episodes, ["identical_retry"], "identical_retry"),
     ],
 )
@@ -229,21 +293,96 @@ def test_comparison_table_rates_per_policy_and_scenario(summaries: pd.DataFrame)
     assert (table["chars_lost"] == 0).all()
 
 
+def test_failure_counts_count_each_truncated_answer_besides_the_episodes() -> None:
+    frame = records_to_frame([
+        attempt("p/trunc/0", 0, 1, "truncated", failure_kind="output_truncated"),
+        attempt("p/trunc/0", 0, 2, "truncated", failure_kind="output_truncated"),
+        attempt("p/trunc/0", 0, 3, "ok"),
+        attempt("p/trunc/0", 1, 1, "rejected:context_overflow", failure_kind="context_overflow"),
+        attempt("p/trunc/0", 1, 2, "recovered@L1"),
+    ])
+    assert failure_counts(frame) == {"context_overflow": 1, "output_truncated": 2}
+    summary = run_summaries(frame)
+    assert summary.loc[0, "failures_by_kind"] == "context_overflow=1, output_truncated=2"
+
+
+def test_archived_by_source_reads_a_breakdown_when_the_stats_have_one() -> None:
+    @dataclasses.dataclass
+    class WithMapping:
+        chars_archived: int = 30
+        chars_archived_by_source: dict[str, int] = dataclasses.field(
+            default_factory=lambda: {"planned": 10, "microcompact": 20})
+
+    @dataclasses.dataclass
+    class WithFields:
+        chars_archived: int = 30
+        chars_archived_recovery: int = 25
+        chars_archived_dedup: int = 5
+
+    assert archived_by_source(WithMapping()) == {"planned": 10, "microcompact": 20}
+    assert archived_by_source(WithFields()) == {"recovery": 25, "dedup": 5}
+    assert archived_by_source(SessionStats(chars_archived=30)) == {}  # no breakdown: nothing made up
+
+
 def test_comparison_table_without_fact_survival_reads_na(attempts: pd.DataFrame) -> None:
     table = comparison_table(run_summaries(attempts).drop(columns=["fact_survival"]))
     assert table["fact_survival_pct"].isna().all()
 
 
-def test_outcome_matrix_annotates_recovered_share_and_marks_cells_without_failures(
-    summaries: pd.DataFrame,
-) -> None:
-    figure = outcome_matrix(summaries)
+def judged(summaries: pd.DataFrame, cells: dict[str, tuple[str, str, int]]) -> pd.DataFrame:
+    """``summaries`` with (outcome, expected_outcome, chars_lost) per run id."""
+    frame = summaries.set_index("run_id")
+    for run_id, (outcome, expected, lost) in cells.items():
+        frame.loc[run_id, ["outcome", "expected_outcome", "chars_lost"]] = [outcome, expected, lost]
+    return frame.reset_index()
+
+
+def test_outcome_cells_tell_intended_failures_regressions_and_losses_apart(summaries: pd.DataFrame) -> None:
+    frame = judged(summaries, {
+        "default/waf/0": ("recovered", "recovered", 0), "default/waf/1": ("recovered", "recovered", 0),
+        "default/quiet/0": ("fail_fast_floor", "fail_fast_floor", 0),  # intended: a floor fail-fast
+        "none/waf/0": ("failed", "recovered", 0),  # a regression
+        "none/quiet/0": ("ok", "ok", 812_253),  # the outcome matches, but chars were dropped
+    })
+    cells = outcome_cells(frame)
+    assert cells["verdict"].to_dict() == {
+        ("default", "waf"): "met", ("default", "quiet"): "intended",
+        ("none", "waf"): "missed", ("none", "quiet"): "lost",
+    }
+    assert cells.loc[("default", "waf"), "text"] == "✓ recovered×2\nrec 2/2 · rej 4\n0 chars lost"
+    assert cells.loc[("default", "quiet"), "text"] == "✓ fail_fast_floor\nrej 0\n0 chars lost"
+    assert cells.loc[("none", "waf"), "text"] == "✗ failed\nexpected recovered\nrec 0/1 · rej 3\n0 chars lost"
+    assert cells.loc[("none", "quiet"), "text"] == "✗ ok\nrej 0\n812.3 K chars lost"
+    assert len(set(cells["colour"])) == 4  # intended ≠ met ≠ missed ≠ lost
+    assert cells.loc[("none", "quiet"), "colour"] != VERDICTS["met"][1]  # a loss is never green
+
+
+def test_outcome_cells_without_expectations_are_unknown_never_green(attempts: pd.DataFrame) -> None:
+    cells = outcome_cells(run_summaries(attempts))
+    assert set(cells["verdict"]) == {"unknown"}
+    assert cells.loc[("default", "waf"), "text"].startswith("? ")
+
+
+def test_outcome_matrix_paints_each_cell_with_its_verdict(summaries: pd.DataFrame) -> None:
+    frame = judged(summaries, {
+        "default/waf/0": ("recovered", "recovered", 0), "default/waf/1": ("recovered", "recovered", 0),
+        "default/quiet/0": ("no_compaction", "no_compaction", 0), "none/waf/0": ("failed", "recovered", 0),
+        "none/quiet/0": ("ok", "ok", 250_000),
+    })
+    figure = outcome_matrix(frame)
     axes = figure.axes[0]
-    assert texts(figure) == ["100%\n2/2", "—", "0%\n0/1", "—"]
-    assert [t.get_text() for t in axes.get_yticklabels()] == ["default", "none"]
-    assert [t.get_text() for t in axes.get_xticklabels()] == ["waf", "quiet"]
-    assert axes.get_title() == "recovery outcome matrix (failure episodes recovered)"
-    assert figure.axes[1].get_ylabel() == "episodes recovered (%)"  # the colour bar
+    cells = outcome_cells(frame)
+    # rows: scenarios, columns: policies; the image holds each cell's verdict index into VERDICTS
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["waf", "quiet"]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["default", "none"]
+    grid = axes.images[0].get_array()
+    order = list(VERDICTS)
+    for (row, scenario), (column, policy) in itertools.product(enumerate(["waf", "quiet"]),
+                                                             enumerate(["default", "none"])):
+        assert order[int(grid[row, column])] == cells.loc[(policy, scenario), "verdict"]
+    assert texts(figure) == [cells.loc[(p, s), "text"] for s in ("waf", "quiet") for p in ("default", "none")]
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert legend == [VERDICTS[v][0] for v in ("lost", "missed", "met", "intended")]
 
 
 def test_summarizer_cost_draws_usd_per_100_turns_per_policy(summaries: pd.DataFrame) -> None:
@@ -281,6 +420,30 @@ def test_cost_vs_fact_survival_highlights_the_pareto_front() -> None:
     assert collection(figure, "Pareto front") == [(cost["cheap"], 50.0), (cost["default"], 80.0)]
     assert collection(figure, "dominated") == [(cost["dear"], 80.0), (cost["worse"], 40.0)]
     assert texts(figure) == ["cheap", "default", "dear", "worse"]
+
+
+def test_cost_vs_fact_survival_labels_never_overlap_even_for_coinciding_policies() -> None:
+    # Peer baselines often land on the very same point (same cost, same survival), or next to it.
+    points = {"default": (0.40, 1.0), "cap-bisection": (0.40, 1.0), "no-recovery": (0.10, 0.63),
+              "cline-drop-half": (0.31, 0.42), "cline-drop-three-quarters": (0.30, 0.39),
+              "langchain-keep-last-n": (0.30, 0.35), "observation-masking": (0.11, 0.61),
+              "summarize-everything": (0.32, 0.46)}
+    frame = pd.DataFrame([
+        {"policy": name, "scenario": "s", "turns": 100, "recovered_episodes": 1, "failed_episodes": 0,
+         "rejected_requests": 1, "summarizer_cost_usd": 0.0, "cache_adjusted_cost_usd": cost,
+         "chars_lost": 0, "fact_survival": survival}
+        for name, (cost, survival) in points.items()
+    ])
+    figure = cost_vs_fact_survival(frame)
+    renderer = figure.canvas.get_renderer()
+    boxes = {t.get_text(): t.get_window_extent(renderer) for t in figure.axes[0].texts}
+    assert sorted(boxes) == sorted(points)
+    overlapping = [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes.items(), 2)
+                   if box_a.overlaps(box_b)]
+    assert overlapping == []
+    figure.savefig(io.BytesIO(), format="png")  # drawing again keeps the positions the check measured
+    for text in figure.axes[0].texts:
+        assert text.get_window_extent(renderer).bounds == pytest.approx(boxes[text.get_text()].bounds)
 
 
 def test_cost_vs_fact_survival_needs_fact_survival_values(attempts: pd.DataFrame) -> None:

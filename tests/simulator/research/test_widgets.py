@@ -13,6 +13,7 @@ from simulator.proxy.scenario import Scenario
 from simulator.replay import ReplayResult, replay
 from simulator.research.widgets import (
     CONTROL_NAMES,
+    DEFAULT_SCENARIO,
     POLICY_SLIDERS,
     SCENARIO_SUMMARIZER,
     SUMMARIZER_CHOICES,
@@ -65,7 +66,7 @@ def test_run_replay_returns_the_budget_curve_and_a_summary_of_the_run(spy: Repla
                                  replay_fn=spy)
 
     assert isinstance(figure, Figure)
-    assert "budget curve" in figure.axes[0].get_title()
+    assert "budget curve" in figure.get_suptitle()
     assert (summary["scenario"], summary["transcript"]) == (SCENARIO, "chat-50k")
     assert summary["outcome"] == summary["expected_outcome"] == "recovered"
     assert summary["chars_lost"] == 0
@@ -130,6 +131,55 @@ def test_controls_start_at_the_policy_knobs_and_act_on_release() -> None:
 def test_controls_reject_unknown_choices_naming_the_valid_ones(kwargs: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         replay_controls(**kwargs)
+
+
+# -- where the dashboard opens --------------------------------------------------------------------
+# For each slider, a value other than the opening one (the default policy's).
+OTHER_VALUES = {"budget_ratio": 0.3, "keep_recent": 2, "emergency_keep_messages": 4,
+                "microcompact_truncate_turns": 3, "microcompact_summarize_turns": 10, "payload_cap": 16384}
+
+
+def what_happened(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary without the echo of the knobs the replay ran with."""
+    return {key: value for key, value in summary.items() if key not in POLICY_SLIDERS}
+
+
+def test_the_dashboard_opens_on_a_scenario_where_every_slider_changes_the_result() -> None:
+    controls = replay_controls()
+    assert controls["scenario"].value == DEFAULT_SCENARIO
+    opening = {name: controls[name].value for name in CONTROL_NAMES}
+    assert set(OTHER_VALUES) == set(POLICY_SLIDERS)
+
+    _, first = run_replay(**opening)
+    assert first["outcome"] == first["expected_outcome"] and first["chars_lost"] == 0
+    unchanged = []
+    for name, other in OTHER_VALUES.items():
+        assert other != opening[name]
+        _, moved = run_replay(**(opening | {name: other}))
+        assert moved[name] == other and moved["chars_lost"] == 0
+        if what_happened(moved) == what_happened(first):
+            unchanged.append(name)
+    assert unchanged == []
+
+
+def test_a_float_slider_value_is_rounded_to_its_step(spy: ReplaySpy) -> None:
+    sent_by_a_browser = 0.1 + 4 * 0.05  # 0.30000000000000004
+
+    _, summary = run_replay(SCENARIO, WORKLOAD_TRANSCRIPT, **(KNOBS | {"budget_ratio": sent_by_a_browser}),
+                            summarizer=SCENARIO_SUMMARIZER, replay_fn=spy)
+
+    assert spy.calls[0][2].budget_ratio == 0.3 and summary["budget_ratio"] == 0.3
+    shown = summary_frame(summary)["value"]
+    assert shown["budget_ratio"] == "0.3" and "0000000" not in "".join(shown)
+
+
+def test_summarize_after_never_goes_below_preview_after() -> None:
+    controls = replay_controls(scenario=SCENARIO)
+
+    controls["microcompact_truncate_turns"].value = 6
+
+    assert controls["microcompact_summarize_turns"].min == 6
+    assert controls["microcompact_summarize_turns"].value == 6  # was 4: lifted, never inverted
 
 
 # -- the dashboard: interactive(run_fn, **controls) -----------------------------------------------
@@ -227,10 +277,13 @@ def test_summary_frame_has_one_row_per_key_and_a_dash_for_none() -> None:
     assert list(frame["value"]) == ["recovered", "—", "16"]
 
 
-def test_sliders_that_invert_an_ordered_pair_say_why_instead_of_replaying(
+def test_controls_of_your_own_that_invert_an_ordered_pair_say_why_instead_of_replaying(
     spy: ReplaySpy, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from ipywidgets import IntSlider
+
     controls = controls_for()
+    controls["microcompact_summarize_turns"] = IntSlider(value=4, min=1, max=20)  # not linked to the other
     dashboard = replay_dashboard(controls, replay_fn=spy)
     capsys.readouterr()
 

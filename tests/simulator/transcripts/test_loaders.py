@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -24,7 +25,10 @@ from simulator.transcripts.loaders import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
-SHARED = REPO / "../shared/transcripts"
+# The real public sessions: an extra layer where they are present (CI lays ../shared beside the clone;
+# CTXRECOVER_SHARED_TRANSCRIPTS points elsewhere). The committed format fixtures, tested in
+# test_format_fixtures.py, cover every format on every clone.
+SHARED = Path(os.environ.get("CTXRECOVER_SHARED_TRANSCRIPTS") or REPO / "../shared/transcripts")
 needs_shared = pytest.mark.skipif(
     not SHARED.is_dir(), reason="real transcripts live in ../shared/transcripts (not shipped with the repo)"
 )
