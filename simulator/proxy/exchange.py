@@ -312,6 +312,8 @@ class Dispatcher:
         started = time.monotonic()
         try:
             reply = await self._in_worker(self._call_handler, request)
+        except Refusal as refusal:
+            return await self._refuse(conn, ex, refusal)
         except httpx.TransportError as error:  # a handler faulting in-process: do it for real
             return await self._drop(conn, _fault_of(error, self.limits.max_fault_delay_s), ex)
         except Exception as error:
@@ -340,11 +342,12 @@ class Dispatcher:
 
         future = loop.run_in_executor(self.executor, run)
         try:
-            async with asyncio.timeout(self.limits.handler_timeout_s):
+            async with asyncio.timeout(self.limits.queue_timeout_s):
                 await started.wait()
         except TimeoutError:
             future.cancel()
-            raise TimeoutError(f"no worker was free within {self.limits.handler_timeout_s:g} s") from None
+            raise Refusal(f"server busy: no handler worker was free within {self.limits.queue_timeout_s:g} s "
+                          "(queue_timeout_s)", 503, "busy", (("retry-after", "1"),)) from None
         async with asyncio.timeout(self.limits.handler_timeout_s):
             return await future
 
@@ -411,8 +414,8 @@ class Dispatcher:
                 self._record(ex, outcome, status)
                 await conn.send_end()
                 return not close and conn.reusable
-            complete = await self._write_body(conn, _pieces(body), forward, ex,
-                                              before_last=lambda: self._record(ex, outcome, status))
+            complete = await self._write_body(conn, _pieces(body), forward, ex, length,
+                                              lambda: self._record(ex, outcome, status))
         except httpx.TransportError as error:  # the upstream broke off mid-answer
             assert self.forwarder is not None
             self._record(ex, "upstream-cut", status, self.forwarder.failure(error).detail)
@@ -430,23 +433,25 @@ class Dispatcher:
         return not close and conn.reusable
 
     async def _write_body(self, conn: HttpConnection, body: AsyncIterator[bytes], forward: Forward,
-                          ex: _Exchange, *, before_last: Callable[[], None]) -> bool:
+                          ex: _Exchange, length: int | None, before_last: Callable[[], None]) -> bool:
         """Write the body through the shaping; False when it was cut (the connection must then close).
 
-        ``before_last`` runs before the last piece goes out (the exchange is recorded before the
-        client can have the whole answer).
+        ``before_last`` runs once, before the client can have the whole answer (before the piece
+        that completes a declared length, else before the end of a chunked body), so the
+        exchange is recorded by then. Pieces go out as they come: a stream is never held back.
         """
         started = time.monotonic()
-        pending: bytes | None = None
+        pending_record = True
         async for chunk in body:
-            if pending is not None and not await self._emit(conn, pending, forward, ex, started):
+            if pending_record and length is not None and ex.response_bytes + len(chunk) >= length:
+                if forward.cut_after is None or length <= forward.cut_after:
+                    before_last()
+                    pending_record = False
+            if not await self._emit(conn, chunk, forward, ex, started):
                 return False
-            pending = chunk
-        last = pending or b""
-        if forward.cut_after is not None and ex.response_bytes + len(last) > forward.cut_after:
-            return await self._emit(conn, last, forward, ex, started)
-        before_last()
-        return await self._emit(conn, last, forward, ex, started)
+        if pending_record:
+            before_last()
+        return True
 
     async def _emit(self, conn: HttpConnection, chunk: bytes, forward: Forward, ex: _Exchange,
                     started: float) -> bool:

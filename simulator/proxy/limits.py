@@ -32,6 +32,7 @@ class ServerLimits:
     min_body_rate: int = 16 * 1024    # bytes per second, averaged over the body
     handler_timeout_s: float = 120.0  # a handler's or the upstream's answer, counted from the call
     max_fault_delay_s: float = 30.0   # the longest silence a fault may impose
+    queue_timeout_s: float = 300.0    # the longest wait for a free handler worker (not handler time)
 
     def __post_init__(self) -> None:
         for field in fields(self):

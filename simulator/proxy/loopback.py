@@ -158,6 +158,7 @@ class LoopbackServer:
         body_timeout_s: float = DEFAULTS.body_timeout_s,
         min_body_rate: int = DEFAULTS.min_body_rate,
         max_inflight_body_bytes: int = DEFAULTS.max_inflight_body_bytes,
+        queue_timeout_s: float = DEFAULTS.queue_timeout_s,
         keep_records: int = DEFAULT_KEEP_RECORDS,
         on_exchange: Observer | None = None,
         record_bodies: bool = False,
@@ -170,7 +171,7 @@ class LoopbackServer:
                                  f"got {number}")
         self.limits = ServerLimits(max_body_bytes, max_head_bytes, max_inflight_body_bytes, max_connections,
                                    read_timeout_s, head_timeout_s, body_timeout_s, min_body_rate,
-                                   handler_timeout_s, max_fault_delay_s)
+                                   handler_timeout_s, max_fault_delay_s, queue_timeout_s)
         for name, count in (("handler_workers", handler_workers), ("keep_records", keep_records)):
             if count < 1:
                 raise ValueError(f"LoopbackServer {name} must be > 0, got {count}")

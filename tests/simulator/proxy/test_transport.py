@@ -401,7 +401,8 @@ def test_connections_over_the_limit_get_503_when_every_slot_is_serving_a_request
         release.set()
         assert first.result(timeout=5.0).text == "done"
     assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
-    assert busy.text == "server busy: all 1 connections (max_connections) are serving requests; retry shortly\n"
+    assert busy.text == ("server busy: all 1 connections (max_connections) are serving requests; "
+                         "retry shortly\n")
 
 
 def test_at_the_connection_limit_a_connection_stalled_in_its_head_makes_room(client: httpx.Client) -> None:
