@@ -133,6 +133,7 @@ class Dispatcher:
         target = head.target.decode("ascii", "replace")
         trace = ExchangeTrace(keep_bodies=self.keep_bodies)
         trace.request_headers = redact_headers(_text_pairs(head.headers))
+        trace.page_host, trace.page_path = self._seen_by_gateway(head, target)
         ex = _Exchange(head.method.decode("ascii", "replace"), redact_target(target), content_length(head),
                        head_bytes(head), time.monotonic(), time.time(), trace, turn=self.requests)
         try:
@@ -178,6 +179,16 @@ class Dispatcher:
         url = f"http://{host}{head.target.decode('ascii', 'replace')}"
         request = httpx.Request(ex.method, url, headers=head.headers, content=body)
         return await self._decided(conn, request, ex)
+
+    def _seen_by_gateway(self, head: h11.Request, target: str) -> tuple[str, str]:
+        """The host and path the answering gateway sees (a page may name them)."""
+        host = dict(head.headers).get(b"host", self.host_header).decode("ascii", "replace")
+        try:
+            seen = self.forwarder.url_for(head.target) if self.forwarder is not None else httpx.URL(
+                f"http://{host}{target}")
+        except httpx.InvalidURL:
+            return "", target.partition("?")[0]
+        return seen.host, seen.path
 
     def _reserve_for(self, ex: _Exchange) -> Callable[[int], bool] | None:
         """Reserve the declared body up front (503 before reading it), or chunk by chunk when chunked."""
@@ -436,47 +447,41 @@ class Dispatcher:
                           ex: _Exchange, length: int | None, before_last: Callable[[], None]) -> bool:
         """Write the body through the shaping; False when it was cut (the connection must then close).
 
-        ``before_last`` runs once, before the client can have the whole answer (before the piece
-        that completes a declared length, else before the end of a chunked body), so the
-        exchange is recorded by then. Pieces go out as they come: a stream is never held back.
+        ``before_last`` runs once, when the whole answer is accounted for but before the client
+        can have it (before the piece that completes a declared length, else before the end of
+        a chunked body): the exchange is recorded complete by then. Pieces go out as they come.
         """
         started = time.monotonic()
-        pending_record = True
+        recorded = False
         async for chunk in body:
-            if pending_record and length is not None and ex.response_bytes + len(chunk) >= length:
-                if forward.cut_after is None or length <= forward.cut_after:
-                    before_last()
-                    pending_record = False
-            if not await self._emit(conn, chunk, forward, ex, started):
+            completes = length is not None and ex.response_bytes + len(chunk) >= length and not recorded
+            if forward.cut_after is not None and ex.response_bytes + len(chunk) > forward.cut_after:
+                await self._write(conn, chunk[:forward.cut_after - ex.response_bytes], ex, forward.rate_bps,
+                                  started, None)
                 return False
-        if pending_record:
+            await self._write(conn, chunk, ex, forward.rate_bps, started, before_last if completes else None)
+            recorded = recorded or completes
+        if not recorded:
             before_last()
         return True
 
-    async def _emit(self, conn: HttpConnection, chunk: bytes, forward: Forward, ex: _Exchange,
-                    started: float) -> bool:
-        """Write one piece of the answer; False when the cut falls in it (only its head is written)."""
-        if forward.cut_after is not None and ex.response_bytes + len(chunk) > forward.cut_after:
-            head = chunk[:forward.cut_after - ex.response_bytes]
-            await self._write(conn, head, ex, forward.rate_bps, started)
-            return False
-        await self._write(conn, chunk, ex, forward.rate_bps, started)
-        return True
-
     async def _write(self, conn: HttpConnection, chunk: bytes, ex: _Exchange, rate: int | None,
-                     started: float) -> None:
-        if not chunk:
-            return
+                     started: float, before_final: Callable[[], None] | None) -> None:
+        """Write ``chunk`` (in slices when throttled); ``before_final`` runs before its last slice goes."""
         step = len(chunk) if rate is None else max(1, rate // THROTTLE_SLICES_PER_S)
-        for offset in range(0, len(chunk), step):
+        for offset in range(0, len(chunk), step or 1):
             piece = chunk[offset:offset + step]
-            await conn.send_data(piece)
             ex.trace.answer(piece)
             ex.response_bytes += len(piece)
+            if before_final is not None and offset + step >= len(chunk):
+                before_final()
+            await conn.send_data(piece)
             if rate is not None:
                 due = started + ex.response_bytes / rate - time.monotonic()
                 if due > 0:
                     await asyncio.sleep(due)
+        if not chunk and before_final is not None:
+            before_final()
 
     # -- recording ------------------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ __all__ = [
     "StatusPage",
     "WafBlock",
     "header_bytes",
+    "render_page",
 ]
 
 
@@ -79,7 +80,8 @@ CF_ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 FALLBACK_RATE_LIMIT_BODY = '{"error":{"message":"Rate limit exceeded: too many requests, retry after %ds"}}'
 
 
-def _respond(page: PageVariant, ids: Mapping[str, str]) -> Respond:
+def render_page(page: PageVariant, ids: Mapping[str, str]) -> Respond:
+    """``page`` as a middlebox answers it, its ``$name`` placeholders filled from ``ids``."""
     body = Template(page_text(page.file)).safe_substitute(ids).encode()
     headers = (("content-type", page.content_type),
                *((name, Template(value).safe_substitute(ids)) for name, value in page.headers),
@@ -104,7 +106,7 @@ class BodyCap(Fault):
         return body_bytes > self.limit
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return _respond(BODY_CAP_PAGES[self.response], ids)
+        return render_page(BODY_CAP_PAGES[self.response], ids)
 
 
 def head_url(path: str, headers: list[tuple[str, str]]) -> str:
@@ -133,7 +135,7 @@ class HeaderCap(Fault):
         return header_bytes(request) > self.limit
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return _respond(HEADER_CAP_PAGE, ids)
+        return render_page(HEADER_CAP_PAGE, ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +150,7 @@ class WafBlock(Fault):
         choose("page", self.page, WAF_PAGES)
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return _respond(WAF_PAGES[self.page], ids)
+        return render_page(WAF_PAGES[self.page], ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +161,7 @@ class BedrockHtml403(Fault):
     min_bytes: int = 0
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return _respond(BEDROCK_HTML_PAGE, ids)
+        return render_page(BEDROCK_HTML_PAGE, ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +269,7 @@ class GatewayTimeout(Fault):
         choose("page", self.page, TIMEOUT_PAGES)
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        page = _respond(TIMEOUT_PAGES[self.page], ids)
+        page = render_page(TIMEOUT_PAGES[self.page], ids)
         return Respond(page.status, page.headers, page.body, delay_s=self.delay_s)
 
 

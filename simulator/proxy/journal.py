@@ -98,12 +98,18 @@ class ExchangeRecord:
 
 @dataclass(slots=True)
 class ExchangeTrace:
-    """The shape of one exchange beyond its record: headers (redacted), the answer's first bytes, bodies."""
+    """The shape of one exchange beyond its record: headers (redacted), the answer's first bytes, bodies.
+
+    ``page_host`` and ``page_path`` are the host and path the answering gateway saw (a page
+    that names them fingerprints the same whatever they are).
+    """
 
     request_headers: list[tuple[str, str]] = field(default_factory=list)
     response_headers: list[tuple[str, str]] = field(default_factory=list)
     response_prefix: bytearray = field(default_factory=bytearray)
     keep_bodies: bool = False
+    page_host: str = ""
+    page_path: str = ""
     request_body: bytes | None = None
     response_body: bytearray | None = None
     ttfb_ms: float | None = None
@@ -119,13 +125,18 @@ class ExchangeTrace:
             self.response_body += chunk
 
 
-def page_fingerprint(body: bytes) -> str:
-    """A hash of a page that ignores per-request ids: tokens holding a digit and whitespace runs.
+def page_fingerprint(body: bytes, *, host: str = "", path: str = "") -> str:
+    """A hash of a page that ignores what changes per request: ids, numbers, the host and path it names.
 
-    Two renderings of the same gateway page (different Ray IDs, references, dates) have
-    the same fingerprint; different pages almost never do.
+    Tokens holding a digit (Ray IDs, references, dates, sizes) and whitespace runs are
+    normalised, and so are the ``host`` and ``path`` the page was served for: two renderings
+    of the same gateway page have the same fingerprint; different pages almost never do.
     """
-    normalised = WHITESPACE_RE.sub(b" ", TOKEN_WITH_DIGIT_RE.sub(b"#", body[:PAGE_PREFIX_BYTES])).strip()
+    page = body[:PAGE_PREFIX_BYTES]
+    for known in (host, path):
+        if len(known) >= 3:
+            page = page.replace(known.encode(), b"#")
+    normalised = WHITESPACE_RE.sub(b" ", TOKEN_WITH_DIGIT_RE.sub(b"#", page)).strip()
     return hashlib.sha256(normalised).hexdigest()[:16]
 
 
@@ -164,13 +175,14 @@ def _header(headers: list[tuple[str, str]], name: str) -> str:
 def record_entry(record: ExchangeRecord, trace: ExchangeTrace) -> dict[str, Any]:
     """One ``--record`` line: the record plus headers, page title and fingerprint, bodies if kept."""
     prefix = bytes(trace.response_prefix)
+    fingerprint = page_fingerprint(prefix, host=trace.page_host, path=trace.page_path)
     request: dict[str, Any] = {"head_bytes": record.head_bytes, "body_bytes": record.body_bytes,
                                "content_length": record.content_length,
                                "headers": [list(pair) for pair in trace.request_headers]}
     response: dict[str, Any] = {"body_bytes": record.response_bytes,
                                 "headers": [list(pair) for pair in trace.response_headers],
                                 "content_type": _header(trace.response_headers, "content-type"),
-                                "title": page_title(prefix), "fingerprint": page_fingerprint(prefix)}
+                                "title": page_title(prefix), "fingerprint": fingerprint}
     if trace.keep_bodies:
         request["body"] = _body(trace.request_body)
         response["body"] = _body(trace.response_body)

@@ -55,6 +55,7 @@ __all__ = [
     "ExchangeRecord",
     "LoopbackServer",
     "ServerStartError",
+    "loopback_host",
 ]
 
 LOOPBACK_NAMES: Mapping[str, str] = MappingProxyType({"localhost": "127.0.0.1"})
@@ -96,7 +97,8 @@ class _BindError(Exception):
         self.address, self.error = address, error
 
 
-def _loopback_host(host: str, what: str = "LoopbackServer") -> str:
+def loopback_host(host: str, what: str = "LoopbackServer") -> str:
+    """``host`` as bound (``localhost`` is 127.0.0.1); ValueError unless it is a loopback address."""
     host = LOOPBACK_NAMES.get(host, host)
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -164,7 +166,7 @@ class LoopbackServer:
         record_bodies: bool = False,
         admin_port: int | None = None,
     ) -> None:
-        self.host = _loopback_host(host)
+        self.host = loopback_host(host)
         for name, number in (("port", port), ("admin_port", admin_port)):
             if number is not None and not 0 <= number <= 65535:
                 raise ValueError(f"LoopbackServer {name} must be within 0..65535 (0 picks a free port), "
