@@ -33,7 +33,7 @@ from simulator.proxy.loopback import TURN_HEADER, LoopbackServer, ServerStartErr
 from simulator.proxy.redact import redact_url
 from simulator.proxy.scenario import DEFAULT_CONTEXT_WINDOWS
 
-__all__ = ["register", "run"]
+__all__ = ["build_app", "register", "run"]
 
 MOCK_PREFIX = "mock:"
 # mock:NAME → the host MockService.for_host mocks (mock:openai serves Chat Completions and Responses).
@@ -92,7 +92,7 @@ def size_arg(text: str) -> int:
     return size
 
 
-def _app(args: argparse.Namespace) -> tuple[Any, str | None, str, str | None]:
+def build_app(args: argparse.Namespace) -> tuple[Any, str | None, str, str | None]:
     """The middlebox (with its mock, if any), the upstream URL, what it fronts, and the wire format."""
     from simulator.providers.service import HOSTS, MockService
     from simulator.proxy.fault_specs import parse_fault_spec
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"--admin {args.admin!r}: {exc}") from None
         if not same:
             raise CliError(f"--admin {args.admin!r}: the admin API listens on the --listen host ({host})")
-    box, upstream_url, target, fmt = _app(args)
+    box, upstream_url, target, fmt = build_app(args)
     log = _open("--log-json", args.log_json)
     record = _open("--record", args.record, {"format": RECORD_FORMAT, "upstream": target.split("\n")[0],
                                              "record_bodies": args.record_bodies, "started_at": time.time()})
