@@ -23,6 +23,7 @@ from ctxrecover.sizes import parse_payload_size
 from simulator.cli.common import EXIT_OK, PROG, CliError, positive_int_arg, seconds_arg, seed_arg
 from simulator.proxy.journal import (
     RECORD_FORMAT,
+    BackgroundWriter,
     ExchangeRecord,
     ExchangeTrace,
     JsonLines,
@@ -123,25 +124,32 @@ def build_app(args: argparse.Namespace) -> tuple[Any, str | None, str, str | Non
 
 
 class _Output:
-    """Prints each exchange and writes the JSON log and the record (from the server's thread)."""
+    """Prints each exchange and writes the JSON log and the record, on a writer thread (not the server's)."""
 
     def __init__(self, log: JsonLines | None, record: JsonLines | None) -> None:
         self.log, self.record = log, record
+        self.writer = BackgroundWriter()
 
     def __call__(self, entry: ExchangeRecord, trace: ExchangeTrace) -> None:
         status = f" {entry.status}" if entry.status is not None else ""
         fault = f" [{entry.fault_name}]" if entry.fault_name else ""
-        print(f"  turn {entry.turn}: {entry.method} {entry.path} {entry.body_bytes:,} B → "
-              f"{entry.outcome}{status}{fault}", flush=True)
+        line = (f"  turn {entry.turn}: {entry.method} {entry.path} {entry.body_bytes:,} B → "
+                f"{entry.outcome}{status}{fault}")
+        self.writer.submit(_print, line)
         if self.log is not None:
-            self.log.write(log_entry(entry))
+            self.writer.submit(self.log.write, log_entry(entry))
         if self.record is not None:
-            self.record.write(record_entry(entry, trace))
+            self.writer.submit(self.record.write, record_entry(entry, trace))
 
     def close(self) -> None:
-        for writer in (self.log, self.record):
-            if writer is not None:
-                writer.close()
+        self.writer.close()
+        for file in (self.log, self.record):
+            if file is not None:
+                file.close()
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
 
 
 def _open(option: str, path: Path | None, header: dict[str, Any] | None = None) -> JsonLines | None:
@@ -188,8 +196,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.stop()
         output.close()
-    for problem in dict.fromkeys(server.observer_errors):
+    for problem in dict.fromkeys([*server.observer_errors, *output.writer.errors]):
         print(f"{PROG}: warning: could not write a log or record line: {problem}", file=sys.stderr)
+    if output.writer.dropped:
+        print(f"{PROG}: warning: {output.writer.dropped:,} output line(s) dropped: the console or the log "
+              "file fell behind", file=sys.stderr)
     print(f"served {server.served} request(s)")
     return EXIT_OK
 

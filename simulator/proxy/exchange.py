@@ -183,12 +183,10 @@ class Dispatcher:
     def _seen_by_gateway(self, head: h11.Request, target: str) -> tuple[str, str]:
         """The host and path the answering gateway sees (a page may name them)."""
         host = dict(head.headers).get(b"host", self.host_header).decode("ascii", "replace")
-        try:
-            seen = self.forwarder.url_for(head.target) if self.forwarder is not None else httpx.URL(
-                f"http://{host}{target}")
-        except httpx.InvalidURL:
-            return "", target.partition("?")[0]
-        return seen.host, seen.path
+        if self.forwarder is not None:
+            return self.forwarder.host, self.forwarder.path_for(head.target)
+        name, _, port = host.rpartition(":")
+        return (name if port.isdigit() else host), target.partition("?")[0]
 
     def _reserve_for(self, ex: _Exchange) -> Callable[[int], bool] | None:
         """Reserve the declared body up front (503 before reading it), or chunk by chunk when chunked."""
@@ -368,8 +366,10 @@ class Dispatcher:
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.limits.handler_timeout_s):
-                response = await self.forwarder.send(request.method, request.url.raw_path,
-                                                     request.headers.raw, request.content)
+                if conn.upstream is None:
+                    conn.upstream = self.forwarder.link()
+                response = await conn.upstream.send(request.method, request.url.raw_path,
+                                                    request.headers.raw, request.content)
         except TimeoutError:
             within = f"no answer from {self.forwarder.shown} within {self.limits.handler_timeout_s:g} s"
             failure = UpstreamFailure("upstream-timeout", 504, within)
@@ -377,13 +377,8 @@ class Dispatcher:
         except UpstreamFailure as failure:
             return await self._upstream_failed(conn, failure, ex)
         ex.upstream_ms = (time.monotonic() - started) * 1000
-        declared = response.headers.get("content-length")
-        length = int(declared) if declared is not None and declared.isdigit() else None
-        try:
-            return await self._relay(conn, response.status_code, response.headers.raw, length,
-                                     response.aiter_raw(), forward, ex, "forwarded")
-        finally:
-            await response.aclose()
+        return await self._relay(conn, response.status, response.headers, response.content_length,
+                                 response.chunks(), forward, ex, "forwarded")
 
     async def _upstream_failed(self, conn: HttpConnection, failure: UpstreamFailure, ex: _Exchange) -> bool:
         if failure.status is not None:
@@ -427,9 +422,8 @@ class Dispatcher:
                 return not close and conn.reusable
             complete = await self._write_body(conn, _pieces(body), forward, ex, length,
                                               lambda: self._record(ex, outcome, status))
-        except httpx.TransportError as error:  # the upstream broke off mid-answer
-            assert self.forwarder is not None
-            self._record(ex, "upstream-cut", status, self.forwarder.failure(error).detail)
+        except UpstreamFailure as failure:  # the upstream broke off mid-answer
+            self._record(ex, "upstream-cut", status, failure.detail)
             conn.writer.close()
             return False
         except (ConnectionError, TimeoutError, h11.LocalProtocolError) as error:

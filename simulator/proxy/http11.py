@@ -99,6 +99,7 @@ class HttpConnection:
         self.phase = "new"
         self.phase_since = clock()
         self.served = 0
+        self.upstream: Any = None  # the upstream link of a forwarding server, closed with this connection
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else ""
 
@@ -121,8 +122,8 @@ class HttpConnection:
         while (event := self.h11.next_event()) is h11.NEED_DATA:
             if deadline is None:
                 try:
-                    data = await asyncio.wait_for(self.reader.read(HEAD_CHUNK_BYTES),
-                                                  self.limits.read_timeout_s)
+                    async with asyncio.timeout(self.limits.read_timeout_s):
+                        data = await self.reader.read(HEAD_CHUNK_BYTES)
                 except (TimeoutError, ConnectionError):
                     return None  # an idle keep-alive connection, or the client left
                 deadline = self.clock() + self.limits.head_timeout_s
@@ -141,7 +142,8 @@ class HttpConnection:
         if remaining <= 0:
             raise ClientTooSlow()
         try:
-            return await asyncio.wait_for(self.reader.read(max_bytes), remaining)
+            async with asyncio.timeout(remaining):
+                return await self.reader.read(max_bytes)
         except TimeoutError:
             raise ClientTooSlow() from None
         except ConnectionError as error:

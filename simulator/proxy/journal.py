@@ -14,9 +14,10 @@ import base64
 import hashlib
 import html
 import json
+import queue
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ __all__ = [
     "OUTCOMES",
     "RECORD_FORMAT",
     "ExchangeRecord",
+    "BackgroundWriter",
     "ExchangeTrace",
     "JsonLines",
     "log_entry",
@@ -214,3 +216,41 @@ class JsonLines:
     def close(self) -> None:
         with self._lock:
             self._file.close()
+
+
+_Job = tuple[Callable[..., object], tuple[object, ...]]
+
+
+class BackgroundWriter:
+    """Runs writes (console lines, log and record entries) on its own thread: the server never waits on them.
+
+    At most ``capacity`` writes wait; beyond that they are dropped and counted in ``dropped``
+    (a stalled terminal or disk must not stall the proxy, nor grow its memory).
+    """
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self.dropped = 0
+        self.errors: list[str] = []
+        self._queue: queue.Queue[_Job | None] = queue.Queue(capacity)
+        self._thread = threading.Thread(target=self._run, name="ctxsim-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, write: Callable[..., object], *args: object) -> None:
+        """Queue ``write(*args)``."""
+        try:
+            self._queue.put_nowait((write, args))
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            write, args = job
+            try:
+                write(*args)
+            except Exception as error:  # a full disk or a closed pipe: reported at the end
+                self.errors.append(f"{type(error).__name__}: {error}")
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Finish the queued writes, then stop the thread."""
+        self._queue.put(None)
+        self._thread.join(timeout_s)

@@ -273,8 +273,7 @@ class LoopbackServer:
         self._executor = ThreadPoolExecutor(self.handler_workers, thread_name_prefix="ctxsim-loopback-worker")
         forwarder = None
         if self.upstream is not None:
-            forwarder = Forwarder(self.upstream, timeout_s=self.limits.handler_timeout_s,
-                                  max_connections=self.limits.max_connections)
+            forwarder = Forwarder(self.upstream, timeout_s=self.limits.handler_timeout_s)
         self._dispatcher = Dispatcher(app=self.app, deciding=self._deciding, handler=self._handler,
                                       forwarder=forwarder, limits=self.limits, budget=self._budget,
                                       executor=self._executor, host=self.host, port=self.requested_port,
@@ -354,8 +353,6 @@ class LoopbackServer:
             await asyncio.gather(*tasks, return_exceptions=True)
             for server in servers:
                 await server.wait_closed()
-            if self._dispatcher is not None and self._dispatcher.forwarder is not None:
-                await self._dispatcher.forwarder.aclose()
 
     # -- records ---------------------------------------------------------------------------------
 
@@ -429,6 +426,8 @@ class LoopbackServer:
         finally:
             self._conns.pop(task, None)
             writer.close()
+            if conn.upstream is not None:
+                await conn.upstream.aclose()
 
     async def _serve_admin(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            admin: AdminApi) -> None:

@@ -213,7 +213,7 @@ class Middlebox:
         the answer is None and nothing is counted or drawn, so :meth:`decide` on the
         full request then decides exactly as it would have.
         """
-        if content_length is None:
+        if content_length is None or not self._named:
             return None
         pairs = list(headers.items() if isinstance(headers, Mapping) else headers)
         request = httpx.Request(method, head_url(path, pairs), headers=pairs)

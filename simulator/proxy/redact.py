@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 __all__ = [
     "CREDENTIAL_HEADERS",
@@ -53,6 +54,7 @@ USERINFO_RE = re.compile(r"(//)[^/@\s]+@")
 BEARER_RE = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
 
 
+@lru_cache(maxsize=4096)
 def is_credential(name: str) -> bool:
     """Whether a header named ``name`` carries a credential."""
     lowered = name.lower()
