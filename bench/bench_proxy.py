@@ -52,6 +52,7 @@ SLOW_CLIENTS = 64
 NORMAL_CLIENTS = 8
 SLOW_SECONDS = 25.0
 TRICKLE_S = 2.0
+SLOW_HEAD_START_S = 2.0
 TARGET_RATIO = 0.8
 
 
@@ -137,37 +138,51 @@ def chat_body(size: int) -> bytes:
     return json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": content}]}).encode()
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> int:
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    request: bytes) -> tuple[int, bool]:
+    """One request on a keep-alive connection: (status, whether the server closes the connection)."""
     writer.write(request)
     await writer.drain()
     head = await reader.readuntil(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
+    lines = head.lower().split(b"\r\n")
+    length = next((int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length:")), 0)
     await reader.readexactly(length)
-    return int(head.split(b" ", 2)[1])
+    return int(head.split(b" ", 2)[1]), b"connection: close" in lines
 
 
 async def _load(port: int, clients: int, *, seconds: float | None = None, requests: int | None = None,
                 request: bytes, checkpoint: Any = None) -> dict[str, Any]:
-    """``clients`` keep-alive connections sending ``request`` for ``seconds`` or ``requests`` in all."""
+    """``clients`` keep-alive connections sending ``request`` for ``seconds`` or ``requests`` in all.
+
+    A connection the server closes (after a 503, say) is opened again; a dropped one counts as ``dropped``.
+    """
     done: list[int] = []
     latencies: list[float] = []
-    statuses: dict[int, int] = {}
+    statuses: dict[int | str, int] = {}
     end = time.monotonic() + seconds if seconds else float("inf")
 
     async def client() -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2 ** 20)
+        writer = None
         try:
             while time.monotonic() < end and (requests is None or len(done) < requests):
+                if writer is None:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2 ** 20)
                 started = time.monotonic()
-                status = await _exchange(reader, writer, request)
+                try:
+                    status, close = await _exchange(reader, writer, request)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    status, close = "dropped", True
                 latencies.append(time.monotonic() - started)
                 statuses[status] = statuses.get(status, 0) + 1
                 done.append(1)
                 if checkpoint is not None:
                     checkpoint(len(done))
+                if close:
+                    writer.close()
+                    writer = None
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
 
     started = time.monotonic()
     await asyncio.gather(*(client() for _ in range(clients)))
@@ -266,7 +281,7 @@ def measure_slow_clients(*, seconds: float = SLOW_SECONDS, slow: int = SLOW_CLIE
         async def scene() -> tuple[dict[str, Any], list[float | None]]:
             trickles = [asyncio.create_task(_slow_client(port, i % 2 == 1, TRICKLE_S, seconds))
                         for i in range(slow)]
-            await asyncio.sleep(1.0)  # the slow clients hold their connections first
+            await asyncio.sleep(SLOW_HEAD_START_S)  # the slow clients hold their connections first
             normal = await _load(port, NORMAL_CLIENTS, seconds=seconds, request=request)
             return normal, await asyncio.gather(*trickles)
 

@@ -3,9 +3,9 @@
 :class:`Dispatcher` serves one request on an :class:`~simulator.proxy.http11.HttpConnection`.
 A middlebox decides in the event loop (it is fast, and so sees requests in arrival order);
 a handler (a mock provider) runs in a worker thread, its timeout counted from when it
-starts, not from time spent queued; an upstream URL is forwarded concurrently on a pooled
-async transport (:mod:`simulator.proxy.forward`). Answers stream back shaped as the decision
-says (latency, bandwidth, a cut). Every request ends as one
+starts, not from time spent queued; an upstream URL is forwarded concurrently, on an
+upstream link of the client's own connection (:mod:`simulator.proxy.forward`). Answers stream
+back shaped as the decision says (latency, bandwidth, a cut). Every request ends as one
 :class:`~simulator.proxy.journal.ExchangeRecord`, handed to ``on_record``.
 """
 
@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import h11
@@ -78,7 +78,7 @@ class _Exchange:
     fault_name: str = ""
     upstream_ms: float | None = None
     reserved: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    detail: str = ""
 
 
 def _fault_of(error: httpx.TransportError, max_delay_s: float) -> ConnectionFault:
@@ -117,11 +117,11 @@ class Dispatcher:
 
     def __init__(self, *, app: Any, deciding: bool, handler: Callable[[httpx.Request], httpx.Response] | None,
                  forwarder: Forwarder | None, limits: ServerLimits, budget: ByteBudget,
-                 executor: ThreadPoolExecutor, host: str, port: int,
-                 on_record: Callable[[ExchangeRecord, ExchangeTrace], None], keep_bodies: bool) -> None:
+                 executor: ThreadPoolExecutor, on_record: Callable[[ExchangeRecord, ExchangeTrace], None],
+                 keep_bodies: bool) -> None:
         self.app, self.deciding, self.handler, self.forwarder = app, deciding, handler, forwarder
         self.limits, self.budget, self.executor = limits, budget, executor
-        self.host_header = f"{host}:{port}".encode()
+        self.host_header = b"127.0.0.1"  # for a request without a Host header; the server sets its address
         self.on_record, self.keep_bodies = on_record, keep_bodies
         self.requests = 0
 
@@ -242,7 +242,7 @@ class Dispatcher:
                            ex: _Exchange) -> bool:
         """Carry out a decision taken from the head alone, before the body is in."""
         if isinstance(decision, Respond):
-            ex.extra["detail"] = "answered at the head"
+            ex.detail = "answered at the head"
             return await self._respond(conn, decision, ex)
         n_bytes = decision.n_bytes if isinstance(decision, ResetAfter) else 0
         try:
@@ -251,7 +251,7 @@ class Dispatcher:
             self._record(ex, "client-gone", None)
             return False
         ex.body_bytes = len(body)
-        ex.extra["detail"] = f"dropped after {len(body)} body bytes"
+        ex.detail = f"dropped after {len(body)} body bytes"
         return await self._drop(conn, decision, ex)
 
     async def _decided(self, conn: HttpConnection, request: httpx.Request, ex: _Exchange) -> bool:
@@ -286,7 +286,7 @@ class Dispatcher:
         ex.trace.response_headers = redact_headers(decision.headers)
         ex.trace.answer(decision.body)
         ex.response_bytes = len(decision.body)
-        self._record(ex, "responded", decision.status, ex.extra.get("detail", ""))
+        self._record(ex, "responded", decision.status, ex.detail)
         await conn.fault_reply(reply)
         return False
 
@@ -294,7 +294,7 @@ class Dispatcher:
         """Carry out a connection fault for real."""
         ex.fault = fault.kind
         ex.fault_name = getattr(self.app, "name_of", lambda f: f.kind)(fault)
-        self._record(ex, fault.kind, None, ex.extra.get("detail", ""))
+        self._record(ex, fault.kind, None, ex.detail)
         if isinstance(fault, ResetAfter):
             conn.reset()
         else:

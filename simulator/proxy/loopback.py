@@ -276,8 +276,8 @@ class LoopbackServer:
             forwarder = Forwarder(self.upstream, timeout_s=self.limits.handler_timeout_s)
         self._dispatcher = Dispatcher(app=self.app, deciding=self._deciding, handler=self._handler,
                                       forwarder=forwarder, limits=self.limits, budget=self._budget,
-                                      executor=self._executor, host=self.host, port=self.requested_port,
-                                      on_record=self._on_record, keep_bodies=self.record_bodies)
+                                      executor=self._executor, on_record=self._on_record,
+                                      keep_bodies=self.record_bodies)
         self._thread = threading.Thread(target=self._run, name="ctxsim-loopback", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout_s) or self._error is not None:
@@ -331,6 +331,8 @@ class LoopbackServer:
         self._stop = asyncio.Event()
         servers = [await self._bind(self._serve, self.requested_port)]
         self.port = servers[0].sockets[0].getsockname()[1]
+        if self._dispatcher is not None:
+            self._dispatcher.host_header = f"{self.host}:{self.port}".encode()
         admin = None
         if self.requested_admin_port is not None:
             admin = AdminApi(self.app, stats=self.stats)  # type: ignore[arg-type]
