@@ -90,16 +90,16 @@ def _process(argv: list[str], ready: str) -> Iterator[tuple[subprocess.Popen[str
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     process = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                text=True, env=env, cwd=REPO)
+    output = process.stdout
+    assert output is not None
+    drain = threading.Thread(target=lambda: [None for _ in output], daemon=True)
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
+        line = output.readline()
         while ready not in line:
             if not line:
                 raise RuntimeError(f"{' '.join(argv)} exited before it was ready")
-            line = process.stdout.readline()
-        # keep reading what it prints: a full pipe must not be what slows it down
-        output = process.stdout
-        threading.Thread(target=lambda: [None for _ in output], daemon=True).start()
+            line = output.readline()
+        drain.start()  # keep reading what it prints: a full pipe must not be what slows it down
         yield process, line
     finally:
         process.terminate()
@@ -107,6 +107,10 @@ def _process(argv: list[str], ready: str) -> Iterator[tuple[subprocess.Popen[str
             process.wait(10)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
+        if drain.is_alive():
+            drain.join(10)  # the pipe ends with the process
+        output.close()
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""bench/bench_proxy.py still runs: each measure at a tiny size, asserting shapes and invariants, never timings."""
+"""bench/bench_proxy.py still runs: every measure at a tiny size, checking shapes, never timings."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def test_memory_samples_the_proxy_at_each_checkpoint(bench: ModuleType) -> None:
 
 @pytest.mark.slow
 def test_slow_clients_are_cut_and_normal_clients_answered(bench: ModuleType) -> None:
-    result = bench.measure_slow_clients(seconds=4, slow=4, extra=("--head-timeout", "1", "--body-timeout", "1"))
+    quick = ("--head-timeout", "1", "--body-timeout", "1")
+    result = bench.measure_slow_clients(seconds=4, slow=4, extra=quick)
     assert result["normal_statuses"].get(200, 0) > 0
     assert result["slow_cut"] == 4
 
