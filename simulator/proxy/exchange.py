@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import h11
@@ -35,15 +34,15 @@ from simulator.proxy.http11 import (
     head_bytes,
     text_reply,
 )
-from simulator.proxy.journal import ExchangeRecord, ExchangeTrace
+from simulator.proxy.journal import ExchangeRecord, ExchangeTrace, PendingExchange
 from simulator.proxy.limits import ByteBudget, ServerLimits
 from simulator.proxy.redact import redact_headers, redact_target, redact_text
+from simulator.proxy.relay import relay, text_pairs
 
 __all__ = ["TURN_HEADER", "Dispatcher", "Refusal"]
 
 TURN_HEADER = "x-ctxsim-turn"
 MAX_TURN_DIGITS = 18
-THROTTLE_SLICES_PER_S = 20  # a throttled answer is written in this many pieces per second of its rate
 # Most specific first: what the client gets when a handler or middlebox failed.
 HANDLER_FAILURES: tuple[tuple[type[Exception], int, str], ...] = (
     (TimeoutError, 504, "handler-timeout"),
@@ -58,27 +57,6 @@ class Refusal(Exception):
                  headers: Iterable[tuple[str, str]] = ()) -> None:
         super().__init__(message)
         self.status, self.outcome, self.headers = status, outcome, tuple(headers)
-
-
-@dataclass(slots=True)
-class _Exchange:
-    """What is known of the request in progress (becomes its ExchangeRecord)."""
-
-    method: str
-    path: str
-    content_length: int | None
-    head_bytes: int
-    started: float
-    started_at: float
-    trace: ExchangeTrace
-    turn: int = 0
-    body_bytes: int = 0
-    response_bytes: int = 0
-    fault: str = ""
-    fault_name: str = ""
-    upstream_ms: float | None = None
-    reserved: int = 0
-    detail: str = ""
 
 
 def _fault_of(error: httpx.TransportError, max_delay_s: float) -> ConnectionFault:
@@ -132,10 +110,11 @@ class Dispatcher:
         self.requests += 1
         target = head.target.decode("ascii", "replace")
         trace = ExchangeTrace(keep_bodies=self.keep_bodies)
-        trace.request_headers = redact_headers(_text_pairs(head.headers))
+        trace.request_headers = redact_headers(text_pairs(head.headers))
         trace.page_host, trace.page_path = self._seen_by_gateway(head, target)
-        ex = _Exchange(head.method.decode("ascii", "replace"), redact_target(target), content_length(head),
-                       head_bytes(head), time.monotonic(), time.time(), trace, turn=self.requests)
+        ex = PendingExchange(head.method.decode("ascii", "replace"), redact_target(target),
+                             content_length(head), head_bytes(head), time.monotonic(), time.time(), trace,
+                             turn=self.requests)
         try:
             return await self._serve(conn, head, ex, busy)
         except (ConnectionError, TimeoutError, asyncio.CancelledError):
@@ -147,7 +126,8 @@ class Dispatcher:
             if ex.reserved:
                 self.budget.release(ex.reserved)
 
-    async def _serve(self, conn: HttpConnection, head: h11.Request, ex: _Exchange, busy: str | None) -> bool:
+    async def _serve(self, conn: HttpConnection, head: h11.Request, ex: PendingExchange,
+                     busy: str | None) -> bool:
         try:
             if ex.head_bytes > self.limits.max_head_bytes:
                 raise Refusal(head_too_large(self.limits), 431, "bad-request")
@@ -188,7 +168,7 @@ class Dispatcher:
         name, _, port = host.rpartition(":")
         return (name if port.isdigit() else host), target.partition("?")[0]
 
-    def _reserve_for(self, ex: _Exchange) -> Callable[[int], bool] | None:
+    def _reserve_for(self, ex: PendingExchange) -> Callable[[int], bool] | None:
         """Reserve the declared body up front (503 before reading it), or chunk by chunk when chunked."""
         if ex.content_length is None:
             def reserve(n_bytes: int) -> bool:
@@ -226,7 +206,7 @@ class Dispatcher:
 
     # -- deciding and acting -------------------------------------------------------------------
 
-    def _decide_head(self, head: h11.Request, ex: _Exchange) -> Respond | ConnectionFault | None:
+    def _decide_head(self, head: h11.Request, ex: PendingExchange) -> Respond | ConnectionFault | None:
         decide_headers = getattr(self.app, "decide_headers", None)
         if decide_headers is None:
             return None
@@ -239,7 +219,7 @@ class Dispatcher:
             raise self._handler_refusal(error) from error
 
     async def _act_at_head(self, conn: HttpConnection, decision: Respond | ConnectionFault,
-                           ex: _Exchange) -> bool:
+                           ex: PendingExchange) -> bool:
         """Carry out a decision taken from the head alone, before the body is in."""
         if isinstance(decision, Respond):
             ex.detail = "answered at the head"
@@ -254,7 +234,7 @@ class Dispatcher:
         ex.detail = f"dropped after {len(body)} body bytes"
         return await self._drop(conn, decision, ex)
 
-    async def _decided(self, conn: HttpConnection, request: httpx.Request, ex: _Exchange) -> bool:
+    async def _decided(self, conn: HttpConnection, request: httpx.Request, ex: PendingExchange) -> bool:
         decision: Decision = FORWARD
         try:
             if self.deciding:
@@ -277,7 +257,7 @@ class Dispatcher:
         kinds = [named[name].kind if name in named else name for name in applied]
         return ",".join(kinds), ",".join(applied)
 
-    async def _respond(self, conn: HttpConnection, decision: Respond, ex: _Exchange) -> bool:
+    async def _respond(self, conn: HttpConnection, decision: Respond, ex: PendingExchange) -> bool:
         ex.fault, ex.fault_name = self._named(decision.applied)
         if decision.delay_s > 0:  # silent (a gateway waiting on its upstream), unless the client leaves
             await conn.wait_for_eof(min(decision.delay_s, self.limits.max_fault_delay_s))
@@ -290,7 +270,7 @@ class Dispatcher:
         await conn.fault_reply(reply)
         return False
 
-    async def _drop(self, conn: HttpConnection, fault: ConnectionFault, ex: _Exchange) -> bool:
+    async def _drop(self, conn: HttpConnection, fault: ConnectionFault, ex: PendingExchange) -> bool:
         """Carry out a connection fault for real."""
         ex.fault = fault.kind
         ex.fault_name = getattr(self.app, "name_of", lambda f: f.kind)(fault)
@@ -301,7 +281,7 @@ class Dispatcher:
             await conn.silent_close(min(getattr(fault, "delay_s", 0.0), self.limits.max_fault_delay_s))
         return False
 
-    async def _refuse(self, conn: HttpConnection, ex: _Exchange, refusal: Refusal) -> bool:
+    async def _refuse(self, conn: HttpConnection, ex: PendingExchange, refusal: Refusal) -> bool:
         self._record(ex, refusal.outcome, refusal.status, str(refusal))
         reply = text_reply(refusal.status, f"{refusal}\n", refusal.headers)
         ex.trace.response_headers = [(k.decode(), v.decode("latin-1")) for k, v in reply.headers]
@@ -316,7 +296,7 @@ class Dispatcher:
     # -- answering: a handler in a worker thread, or the upstream URL -------------------------
 
     async def _answer(self, conn: HttpConnection, request: httpx.Request, forward: Forward,
-                      ex: _Exchange) -> bool:
+                      ex: PendingExchange) -> bool:
         assert self.handler is not None
         started = time.monotonic()
         try:
@@ -328,8 +308,9 @@ class Dispatcher:
         except Exception as error:
             return await self._refuse(conn, ex, self._handler_refusal(error))
         ex.upstream_ms = (time.monotonic() - started) * 1000
-        return await self._relay(conn, reply.status, reply.headers, len(reply.body), reply.body, forward, ex,
-                                 "answered")
+        return await relay(conn, reply.status, reply.headers, len(reply.body), reply.body, forward, ex,
+                           outcome="answered", max_delay_s=self.limits.max_fault_delay_s,
+                           record=self._recorder(ex))
 
     def _call_handler(self, request: httpx.Request) -> Reply:
         """Runs in a worker thread: the handler's answer as raw bytes."""
@@ -361,7 +342,7 @@ class Dispatcher:
             return await future
 
     async def _forward(self, conn: HttpConnection, request: httpx.Request, forward: Forward,
-                       ex: _Exchange) -> bool:
+                       ex: PendingExchange) -> bool:
         assert self.forwarder is not None
         started = time.monotonic()
         try:
@@ -377,10 +358,12 @@ class Dispatcher:
         except UpstreamFailure as failure:
             return await self._upstream_failed(conn, failure, ex)
         ex.upstream_ms = (time.monotonic() - started) * 1000
-        return await self._relay(conn, response.status, response.headers, response.content_length,
-                                 response.chunks(), forward, ex, "forwarded")
+        return await relay(conn, response.status, response.headers, response.content_length,
+                           response.chunks(), forward, ex, outcome="forwarded",
+                           max_delay_s=self.limits.max_fault_delay_s, record=self._recorder(ex))
 
-    async def _upstream_failed(self, conn: HttpConnection, failure: UpstreamFailure, ex: _Exchange) -> bool:
+    async def _upstream_failed(self, conn: HttpConnection, failure: UpstreamFailure,
+                               ex: PendingExchange) -> bool:
         if failure.status is not None:
             refusal = Refusal(f"{failure.outcome}: {failure.detail}", failure.status, failure.outcome)
             return await self._refuse(conn, ex, refusal)
@@ -393,112 +376,13 @@ class Dispatcher:
 
     # -- writing an answer, shaped --------------------------------------------------------------
 
-    async def _relay(self, conn: HttpConnection, status: int, headers: Iterable[tuple[bytes, bytes]],
-                     length: int | None, body: AsyncIterator[bytes] | bytes, forward: Forward, ex: _Exchange,
-                     outcome: str) -> bool:
-        """Write an answer as ``forward`` shapes it; True when the connection can serve another request.
-
-        ``body`` is the whole body (written at once unless shaped) or its pieces as they come.
-        """
-        raw = tuple(headers)
-        ex.trace.response_headers = redact_headers(_text_pairs(raw))
-        close = (b"connection", b"close") in [(k.lower(), v.lower()) for k, v in raw]
-        head_only = ex.method == "HEAD"
-        if forward.latency_s > 0:
-            await asyncio.sleep(min(forward.latency_s, self.limits.max_fault_delay_s))
-        ex.trace.ttfb_ms = (time.monotonic() - ex.started) * 1000
-        try:
-            if isinstance(body, bytes) and not forward.shaped:
-                if not head_only:
-                    ex.trace.answer(body)
-                    ex.response_bytes = len(body)
-                self._record(ex, outcome, status)  # before the client can have the answer: tests read records
-                close = not await conn.send(Reply(status, raw, body), close=close, head_only=head_only)
-                return not close and conn.reusable
-            await conn.send_head(status, raw, close=close, content_length=length)
-            if head_only:
-                self._record(ex, outcome, status)
-                await conn.send_end()
-                return not close and conn.reusable
-            complete = await self._write_body(conn, _pieces(body), forward, ex, length,
-                                              lambda: self._record(ex, outcome, status))
-        except UpstreamFailure as failure:  # the upstream broke off mid-answer
-            self._record(ex, "upstream-cut", status, failure.detail)
-            conn.writer.close()
-            return False
-        except (ConnectionError, TimeoutError, h11.LocalProtocolError) as error:
-            self._record(ex, "client-gone", status, f"{type(error).__name__} while answering")
-            conn.writer.close()
-            return False
-        if not complete:
-            self._record(ex, "cut-stream", status, f"cut after {ex.response_bytes} answer bytes")
-            conn.writer.close()
-            return False
-        await conn.send_end()
-        return not close and conn.reusable
-
-    async def _write_body(self, conn: HttpConnection, body: AsyncIterator[bytes], forward: Forward,
-                          ex: _Exchange, length: int | None, before_last: Callable[[], None]) -> bool:
-        """Write the body through the shaping; False when it was cut (the connection must then close).
-
-        ``before_last`` runs once, when the whole answer is accounted for but before the client
-        can have it (before the piece that completes a declared length, else before the end of
-        a chunked body): the exchange is recorded complete by then. Pieces go out as they come.
-        """
-        started = time.monotonic()
-        recorded = False
-        async for chunk in body:
-            completes = length is not None and ex.response_bytes + len(chunk) >= length and not recorded
-            if forward.cut_after is not None and ex.response_bytes + len(chunk) > forward.cut_after:
-                await self._write(conn, chunk[:forward.cut_after - ex.response_bytes], ex, forward.rate_bps,
-                                  started, None)
-                return False
-            await self._write(conn, chunk, ex, forward.rate_bps, started, before_last if completes else None)
-            recorded = recorded or completes
-        if not recorded:
-            before_last()
-        return True
-
-    async def _write(self, conn: HttpConnection, chunk: bytes, ex: _Exchange, rate: int | None,
-                     started: float, before_final: Callable[[], None] | None) -> None:
-        """Write ``chunk`` (in slices when throttled); ``before_final`` runs before its last slice goes."""
-        step = len(chunk) if rate is None else max(1, rate // THROTTLE_SLICES_PER_S)
-        for offset in range(0, len(chunk), step or 1):
-            piece = chunk[offset:offset + step]
-            ex.trace.answer(piece)
-            ex.response_bytes += len(piece)
-            if before_final is not None and offset + step >= len(chunk):
-                before_final()
-            await conn.send_data(piece)
-            if rate is not None:
-                due = started + ex.response_bytes / rate - time.monotonic()
-                if due > 0:
-                    await asyncio.sleep(due)
-        if not chunk and before_final is not None:
-            before_final()
-
     # -- recording ------------------------------------------------------------------------------
 
-    def _record(self, ex: _Exchange, outcome: str, status: int | None, detail: str = "") -> None:
-        record = ExchangeRecord(
-            ex.turn, ex.method, ex.path, ex.body_bytes, outcome, status, detail, ex.content_length,
-            fault=ex.fault, fault_name=ex.fault_name, response_bytes=ex.response_bytes,
-            head_bytes=ex.head_bytes, started_at=ex.started_at,
-            elapsed_ms=round((time.monotonic() - ex.started) * 1000, 3),
-            upstream_ms=None if ex.upstream_ms is None else round(ex.upstream_ms, 3))
-        self.on_record(record, ex.trace)
+    def _recorder(self, ex: PendingExchange) -> Callable[[str, int | None, str], None]:
+        return lambda outcome, status, detail="": self._record(ex, outcome, status, detail)
 
-
-def _text_pairs(pairs: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
-    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in pairs]
-
-
-async def _pieces(body: AsyncIterator[bytes] | bytes) -> AsyncIterator[bytes]:
-    if isinstance(body, bytes):
-        yield body
-    else:
-        async for piece in body:
-            yield piece
+    def _record(self, ex: PendingExchange, outcome: str, status: int | None, detail: str = "") -> None:
+        self.on_record(ex.record(outcome, status, detail), ex.trace)
 
 
 def head_too_large(limits: ServerLimits) -> str:

@@ -17,6 +17,7 @@ import json
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ __all__ = [
     "BackgroundWriter",
     "ExchangeTrace",
     "JsonLines",
+    "PendingExchange",
     "log_entry",
     "page_fingerprint",
     "page_title",
@@ -125,6 +127,36 @@ class ExchangeTrace:
             if self.response_body is None:
                 self.response_body = bytearray()
             self.response_body += chunk
+
+
+@dataclass(slots=True)
+class PendingExchange:
+    """What is known of a request in progress; :meth:`record` makes its :class:`ExchangeRecord`."""
+
+    method: str
+    path: str
+    content_length: int | None
+    head_bytes: int
+    started: float
+    started_at: float
+    trace: ExchangeTrace
+    turn: int = 0
+    body_bytes: int = 0
+    response_bytes: int = 0
+    fault: str = ""
+    fault_name: str = ""
+    upstream_ms: float | None = None
+    reserved: int = 0
+    detail: str = ""
+
+    def record(self, outcome: str, status: int | None, detail: str = "") -> ExchangeRecord:
+        """The record of this exchange as it ends with ``outcome``."""
+        return ExchangeRecord(
+            self.turn, self.method, self.path, self.body_bytes, outcome, status, detail, self.content_length,
+            fault=self.fault, fault_name=self.fault_name, response_bytes=self.response_bytes,
+            head_bytes=self.head_bytes, started_at=self.started_at,
+            elapsed_ms=round((time.monotonic() - self.started) * 1000, 3),
+            upstream_ms=None if self.upstream_ms is None else round(self.upstream_ms, 3))
 
 
 def page_fingerprint(body: bytes, *, host: str = "", path: str = "") -> str:

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,9 +39,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until_up(port: int) -> None:
-    deadline = time.monotonic() + 10
+def wait_until_up(port: int, process: subprocess.Popen[str] | None = None) -> None:
+    deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the proxy exited with {process.returncode}: {process.communicate()}")
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -51,20 +52,32 @@ def wait_until_up(port: int) -> None:
 
 
 class Running:
-    """``ctxsim proxy`` in a thread until its --max-seconds run out."""
+    """``ctxsim proxy`` in a child process, stopped with SIGTERM as a service manager stops it."""
 
-    def __init__(self, *argv: str, seconds: float = 3.0) -> None:
+    def __init__(self, *argv: str) -> None:
         self.port = free_port()
-        self.codes: list[int] = []
-        args = ["proxy", "--listen", f"127.0.0.1:{self.port}", *argv, "--max-seconds", str(seconds)]
-        self.thread = threading.Thread(target=lambda: self.codes.append(main(args)))
-        self.thread.start()
-        wait_until_up(self.port)
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        command = [sys.executable, "-m", "simulator", "proxy", "--listen", f"127.0.0.1:{self.port}", *argv]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        env=env, cwd=REPO)
+        wait_until_up(self.port, self.process)
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def join(self) -> int:
-        self.thread.join(timeout=20)
-        return self.codes[0]
+    def stop(self) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr) once it stopped."""
+        self.process.send_signal(signal.SIGTERM)
+        out, err = self.process.communicate(timeout=30)
+        return self.process.returncode, out, err
+
+
+@pytest.fixture
+def running() -> Iterator[list[Running]]:
+    started: list[Running] = []
+    yield started
+    for proxy in started:
+        if proxy.process.poll() is None:
+            proxy.process.kill()
+            proxy.process.communicate()
 
 
 def anthropic_body(text: str = "hi") -> dict[str, object]:
@@ -73,9 +86,11 @@ def anthropic_body(text: str = "hi") -> dict[str, object]:
 
 # -- the admin API and ctxsim fault ---------------------------------------------------------------
 
-def test_faults_change_on_a_running_proxy_through_ctxsim_fault(capsys: pytest.CaptureFixture[str]) -> None:
+def test_faults_change_on_a_running_proxy_through_ctxsim_fault(capsys: pytest.CaptureFixture[str],
+                                                               running: list[Running]) -> None:
     admin_port = free_port()
-    proxy = Running("--upstream", "mock:anthropic", "--admin", f"127.0.0.1:{admin_port}", seconds=6)
+    proxy = Running("--upstream", "mock:anthropic", "--admin", f"127.0.0.1:{admin_port}")
+    running.append(proxy)
     admin = f"127.0.0.1:{admin_port}"
     wait_until_up(admin_port)
     url = proxy.url + "/v1/messages"
@@ -88,8 +103,9 @@ def test_faults_change_on_a_running_proxy_through_ctxsim_fault(capsys: pytest.Ca
     assert main(["fault", "remove", "waf", "--admin", admin]) == 0
     after = httpx.post(url, json=anthropic_body("x" * 200 * KB), trust_env=False)
     assert main(["fault", "reset", "--admin", admin]) == 0
-    assert proxy.join() == 0
-    out = capsys.readouterr().out
+    code, proxy_out, _ = proxy.stop()
+    out = capsys.readouterr().out + proxy_out
+    assert code == 0
     assert (before.status_code, blocked.status_code, after.status_code) == (200, 403, 200)
     assert "added waf: waf-403-html:min_bytes=131073B" in out
     assert "waf  toxicity 1     waf-403-html:min_bytes=131073B" in out
@@ -132,12 +148,14 @@ def test_bad_input_is_one_error_line_never_a_traceback(capsys: pytest.CaptureFix
     assert "Traceback" not in err
 
 
-def test_the_admin_api_refusal_reaches_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_admin_api_refusal_reaches_the_command_line(capsys: pytest.CaptureFixture[str],
+                                                        running: list[Running]) -> None:
     admin_port = free_port()
-    proxy = Running("--admin", f"127.0.0.1:{admin_port}", seconds=2)
+    proxy = Running("--admin", f"127.0.0.1:{admin_port}")
+    running.append(proxy)
     wait_until_up(admin_port)
     code = main(["fault", "add", "x", "teapot:418", "--admin", f"127.0.0.1:{admin_port}"])
-    proxy.join()
+    proxy.stop()
     err = capsys.readouterr().err
     assert code == 2
     assert ("ctxsim: error: the admin API refused POST /faults: fault spec 'teapot:418': unknown fault kind"
@@ -146,17 +164,17 @@ def test_the_admin_api_refusal_reaches_the_command_line(capsys: pytest.CaptureFi
 
 # -- the JSON log, the record, a scenario ------------------------------------------------------------
 
-def test_the_json_log_has_one_redacted_line_per_request(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_json_log_has_one_redacted_line_per_request(tmp_path: Path, running: list[Running]) -> None:
     log = tmp_path / "log.jsonl"
     proxy = Running("--upstream", "mock:gemini", "--fault", "latency:0.01", "--fault", "body-cap:1KB",
-                    "--log-json", str(log), seconds=2)
+                    "--log-json", str(log))
+    running.append(proxy)
     body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
     path = f"/v1beta/models/gemini-2.5-pro:generateContent?key={SECRET}"
     ok = httpx.post(proxy.url + path, json=body, headers={"x-goog-api-key": SECRET}, trust_env=False)
     capped = httpx.post(proxy.url + path, content=b"x" * 2 * KB, trust_env=False)
-    assert proxy.join() == 0
-    out = capsys.readouterr().out
+    code, out, _ = proxy.stop()
+    assert code == 0
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert (ok.status_code, capped.status_code) == (200, 413)
     assert SECRET not in out and SECRET not in log.read_text()
@@ -168,16 +186,17 @@ def test_the_json_log_has_one_redacted_line_per_request(tmp_path: Path,
                              "fault"}
 
 
-def test_record_then_infer_writes_a_scenario_that_loads(tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_record_then_infer_writes_a_scenario_that_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        running: list[Running]) -> None:
     record, scenario = tmp_path / "gateway.jsonl", tmp_path / "gateway.toml"
     box = Middlebox(MockProvider("anthropic", context_window=10_000_000), [BodyCap(limit=100 * KB)])
     with LoopbackServer(box) as gateway:
-        proxy = Running("--upstream", gateway.base_url, "--record", str(record), seconds=2)
+        proxy = Running("--upstream", gateway.base_url, "--record", str(record))
+        running.append(proxy)
         for size in (10, 50, 90, 150, 400):
             httpx.post(proxy.url + "/v1/messages", json=anthropic_body("x" * size * KB),
                        headers={"x-api-key": SECRET}, trust_env=False)
-        assert proxy.join() == 0
+        assert proxy.stop()[0] == 0
     assert main(["infer", str(record), "--out", str(scenario)]) == 0
     out = capsys.readouterr().out
     assert SECRET not in record.read_text()
@@ -188,25 +207,28 @@ def test_record_then_infer_writes_a_scenario_that_loads(tmp_path: Path,
     assert isinstance(cap, BodyCap) and 90 * KB < cap.limit < 150 * KB
 
 
-def test_a_scenario_gives_the_proxy_its_faults_and_provider(capsys: pytest.CaptureFixture[str]) -> None:
-    proxy = Running("--scenario", "corporate-128k-waf", seconds=1)
-    assert proxy.join() == 0
-    out = capsys.readouterr().out
+def test_a_scenario_gives_the_proxy_its_faults_and_provider(running: list[Running]) -> None:
+    proxy = Running("--scenario", "corporate-128k-waf")
+    running.append(proxy)
+    code, out, _ = proxy.stop()
+    assert code == 0
     assert "→ mock bedrock-converse provider (context window 200,000 tokens)" in out
     assert "fault bedrock-html-403: BedrockHtml403(" in out
 
 
-def test_mock_openai_answers_the_model_list_and_both_apis(capsys: pytest.CaptureFixture[str]) -> None:
-    proxy = Running(seconds=2)
+def test_mock_openai_answers_the_model_list_and_both_apis(running: list[Running]) -> None:
+    proxy = Running()
+    running.append(proxy)
     models = httpx.get(proxy.url + "/v1/models", trust_env=False).json()
     chat = httpx.post(proxy.url + "/v1/chat/completions", trust_env=False,
                       json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
     responses = httpx.post(proxy.url + "/v1/responses", json={"model": "gpt-4o", "input": "hi"},
                            trust_env=False)
-    assert proxy.join() == 0
+    code, out, _ = proxy.stop()
+    assert code == 0
     assert "gpt-4o" in [m["id"] for m in models["data"]]
     assert (chat.json()["object"], responses.json()["object"]) == ("chat.completion", "response")
-    assert "serves: POST /v1/chat/completions, POST /v1/responses, GET …/models" in capsys.readouterr().out
+    assert "serves: POST /v1/chat/completions, POST /v1/responses, GET …/models" in out
 
 
 # -- probe -------------------------------------------------------------------------------------------

@@ -68,17 +68,16 @@ def test_a_body_under_the_minimum_rate_is_cut_after_its_grace() -> None:
     assert server.records[0].outcome == "client-timeout"
 
 
-def test_a_slow_but_steady_upload_is_served() -> None:
-    with LoopbackServer(ok, body_timeout_s=0.2, min_body_rate=1000) as server, httpx.Client(
-        trust_env=False
-    ) as client:
+def test_a_slow_but_steady_upload_outlasting_its_grace_is_served() -> None:
+    server = LoopbackServer(ok, body_timeout_s=1.0, min_body_rate=1000)
+    with server, httpx.Client(trust_env=False) as client:
         def pieces() -> object:
-            for _ in range(4):
-                time.sleep(0.1)
-                yield b"x" * 5 * KB  # 50 KB/s on average
+            for _ in range(12):  # 1.8 s in all, past the 1 s grace, at ~33 KB/s: far over 1,000 B/s
+                time.sleep(0.15)
+                yield b"x" * 5 * KB
 
         reply = client.post(server.base_url + "/v1/messages", content=pieces())
-    assert reply.json() == {"body_bytes": 20 * KB}
+    assert reply.json() == {"body_bytes": 60 * KB}
 
 
 def test_bodies_in_flight_beyond_the_budget_get_a_clear_503_and_the_budget_is_released() -> None:

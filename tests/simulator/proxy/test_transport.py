@@ -410,7 +410,7 @@ def test_at_the_connection_limit_a_connection_stalled_in_its_head_makes_room(cli
         stalled = [socket.create_connection(("127.0.0.1", server.port), timeout=3.0) for _ in range(2)]
         for sock in stalled:
             sock.sendall(b"GET /slow HT")  # never finished
-        time.sleep(1.2)  # longer than EVICT_STALLED_AFTER_S: they now count as stalled
+        time.sleep(2.5)  # well past EVICT_STALLED_AFTER_S (1 s): they now count as stalled
         served = client.get(server.base_url + "/x")
         closed = sum(sock.recv(65536) == b"" for sock in stalled[:1])
         for sock in stalled:
