@@ -162,9 +162,9 @@ class Dispatcher:
 
     def _seen_by_gateway(self, head: h11.Request, target: str) -> tuple[str, str]:
         """The host and path the answering gateway sees (a page may name them)."""
-        host = dict(head.headers).get(b"host", self.host_header).decode("ascii", "replace")
         if self.forwarder is not None:
             return self.forwarder.host, self.forwarder.path_for(head.target)
+        host = dict(head.headers).get(b"host", self.host_header).decode("ascii", "replace")
         name, _, port = host.rpartition(":")
         return (name if port.isdigit() else host), target.partition("?")[0]
 
@@ -190,11 +190,11 @@ class Dispatcher:
         if value is None:
             return self.requests
         shown = value[:32].decode("latin-1") + ("…" if len(value) > 32 else "")
-        if not value.isdigit() or int(value[:MAX_TURN_DIGITS + 1]) < 1:
-            raise Refusal(f"{TURN_HEADER} must be a positive integer, got {shown!r}", 400, "bad-request")
-        if len(value) > MAX_TURN_DIGITS:
+        if value.isdigit() and len(value) > MAX_TURN_DIGITS:  # int() of 5,000 digits would raise
             raise Refusal(f"{TURN_HEADER} must have at most {MAX_TURN_DIGITS} digits, got {len(value):,} "
                           f"({shown!r})", 400, "bad-request")
+        if not value.isdigit() or int(value) < 1:
+            raise Refusal(f"{TURN_HEADER} must be a positive integer, got {shown!r}", 400, "bad-request")
         return int(value)
 
     def _too_slow(self, conn: HttpConnection) -> str:
@@ -373,8 +373,6 @@ class Dispatcher:
         else:
             conn.writer.close()
         return False
-
-    # -- writing an answer, shaped --------------------------------------------------------------
 
     # -- recording ------------------------------------------------------------------------------
 
