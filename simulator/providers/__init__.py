@@ -1,4 +1,4 @@
-"""Mock LLM providers per wire format: windows, strict validation, real error bodies, usage, prices."""
+"""Mock LLM providers per wire format: strict validation, real error bodies, usage, streaming, prices."""
 
 from simulator.providers.mock import (
     DEFAULT_PRICE,
@@ -18,22 +18,28 @@ from simulator.providers.mock import (
     price_for,
     rate_limit_response,
 )
+from simulator.providers.service import HOSTS, MockService
+from simulator.providers.streaming import StreamOptions, stream_response
 
 __all__ = [
     "DEFAULT_PRICE",
     "FORMATS",
+    "HOSTS",
     "IMAGE_TOKENS",
     "PRICES",
     "MockProvider",
+    "MockService",
     "ParsedRequest",
     "Price",
     "ProviderCall",
     "Reply",
     "Script",
+    "StreamOptions",
     "Usage",
     "cost",
     "estimate_tokens",
     "format_for_path",
     "price_for",
     "rate_limit_response",
+    "stream_response",
 ]

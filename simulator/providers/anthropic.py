@@ -156,13 +156,13 @@ class AnthropicWire(Wire):
                                  "anthropic-ratelimit-input-tokens-remaining": "0"})
         return response
 
-    def reply(self, parts: ReplyParts) -> httpx.Response:
+    def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
         content: list[dict[str, Any]] = [{"type": "text", "text": parts.text}] if parts.text else []
         content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": json.loads(c.arguments or "{}")}
                     for c in parts.tool_calls]
         stop = "max_tokens" if parts.truncated else "tool_use" if parts.tool_calls else "end_turn"
         usage = parts.usage
-        return json_response(200, {
+        return {
             "id": parts.response_id, "type": "message", "role": "assistant", "model": parts.model,
             "content": content, "stop_reason": stop, "stop_sequence": None,
             "usage": {
@@ -171,4 +171,4 @@ class AnthropicWire(Wire):
                 "cache_read_input_tokens": usage.cache_read_tokens,
                 "output_tokens": usage.output_tokens,
             },
-        })
+        }

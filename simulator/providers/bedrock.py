@@ -146,13 +146,13 @@ class BedrockConverseWire(Wire):
     def rate_limited(self, model: str, retry_after: int, input_tokens: int) -> httpx.Response:
         return self.error(BEDROCK_RATE_LIMIT, status=429)
 
-    def reply(self, parts: ReplyParts) -> httpx.Response:
+    def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
         content: list[dict[str, Any]] = [{"text": parts.text}] if parts.text else []
         content += [{"toolUse": {"toolUseId": c.id, "name": c.name, "input": json.loads(c.arguments or "{}")}}
                     for c in parts.tool_calls]
         stop = "max_tokens" if parts.truncated else "tool_use" if parts.tool_calls else "end_turn"
         usage = parts.usage
-        return json_response(200, {
+        return {
             "output": {"message": {"role": "assistant", "content": content}},
             "stopReason": stop,
             "usage": {
@@ -163,4 +163,7 @@ class BedrockConverseWire(Wire):
                 "cacheWriteInputTokens": usage.cache_write_tokens,
             },
             "metrics": {"latencyMs": 100},
-        }, {"x-amzn-requestid": parts.response_id})
+        }
+
+    def reply_headers(self, parts: ReplyParts) -> dict[str, str]:
+        return {"x-amzn-requestid": parts.response_id}

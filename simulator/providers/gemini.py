@@ -115,12 +115,12 @@ class GeminiWire(Wire):
         response.headers["retry-after"] = str(retry_after)
         return response
 
-    def reply(self, parts: ReplyParts) -> httpx.Response:
+    def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
         content: list[dict[str, Any]] = [{"text": parts.text}] if parts.text else []
         content += [{"functionCall": {"name": c.name, "args": json.loads(c.arguments or "{}")}}
                     for c in parts.tool_calls]
         usage = parts.usage
-        return json_response(200, {
+        return {
             "candidates": [{
                 "content": {"parts": content, "role": "model"},
                 "finishReason": "MAX_TOKENS" if parts.truncated else "STOP",
@@ -133,4 +133,4 @@ class GeminiWire(Wire):
             },
             "modelVersion": parts.model,
             "responseId": parts.response_id,
-        })
+        }

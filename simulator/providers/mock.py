@@ -8,7 +8,9 @@ real status, headers and error body; it rejects prompts over its context window
 with the provider's real overflow body; otherwise it answers with the next
 scripted reply in the provider's real response format, with usage (Anthropic
 and Bedrock prompt-cache fields included), stop reason and ``max_tokens``
-truncation. Every call is recorded on ``provider.calls`` (like respx's calls).
+truncation. Every call is recorded on ``provider.calls`` (like respx's calls); with
+``keep_calls=N`` only the last N are kept, while ``call_count``, ``total_usage`` and
+``total_cost`` keep counting (a long-running proxy stays within bounded memory).
 
 Each wire format lives in its own module (:mod:`simulator.providers.openai`,
 :mod:`simulator.providers.anthropic`, :mod:`simulator.providers.gemini`,
@@ -21,9 +23,13 @@ format              path (matched as a suffix, so base-URL prefixes work)
 ``openai-chat``      ``POST /v1/chat/completions``
 ``openai-responses`` ``POST /v1/responses``
 ``anthropic``        ``POST /v1/messages``
-``gemini``           ``POST /v1beta/models/{model}:generateContent``
-``bedrock-converse`` ``POST /model/{modelId}/converse``
+``gemini``           ``POST /v1beta/models/{model}:generateContent`` (``:streamGenerateContent``)
+``bedrock-converse`` ``POST /model/{modelId}/converse`` (``/converse-stream``)
 ==================  ==================================================
+
+A streamed request (``"stream": true``, Gemini's ``:streamGenerateContent``, Bedrock's
+``/converse-stream``) gets the same reply as the provider's real event sequence
+(:mod:`simulator.providers.streaming`); errors stay plain JSON answers, as on the real APIs.
 
 Tokens are estimated deterministically: ``ceil(chars / chars_per_token)`` over
 every text, tool name, tool argument and tool definition, plus 85 per image.
@@ -45,7 +51,8 @@ import math
 import random
 import re
 import string
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Container, Iterable, Mapping, MutableSequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -58,6 +65,7 @@ from simulator.providers.bedrock import BedrockConverseWire
 from simulator.providers.gemini import GeminiWire
 from simulator.providers.openai import OpenAIChatWire, OpenAIResponsesWire
 from simulator.providers.prices import DEFAULT_PRICE, PRICES, Price, Usage, cost, price_for
+from simulator.providers.streaming import StreamOptions, stream_response
 from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire
 
 __all__ = [
@@ -87,8 +95,10 @@ PATH_PATTERNS: Mapping[str, re.Pattern[str]] = MappingProxyType(
         "openai-chat": re.compile(r"/chat/completions$"),
         "openai-responses": re.compile(r"/responses$"),
         "anthropic": re.compile(r"/messages$"),
-        "gemini": re.compile(r"/models/(?P<model>[^/]+?):generateContent$"),
-        "bedrock-converse": re.compile(r"/model/(?P<model>[^/]+)/converse$"),
+        "gemini": re.compile(
+            r"/models/(?P<model>[^/]+?):(?:generateContent|(?P<stream>streamGenerateContent))$"
+        ),
+        "bedrock-converse": re.compile(r"/model/(?P<model>[^/]+)/converse(?P<stream>-stream)?$"),
     }
 )
 PATH_HINTS: Mapping[str, str] = MappingProxyType(
@@ -96,8 +106,8 @@ PATH_HINTS: Mapping[str, str] = MappingProxyType(
         "openai-chat": "POST /v1/chat/completions",
         "openai-responses": "POST /v1/responses",
         "anthropic": "POST /v1/messages",
-        "gemini": "POST /v1beta/models/{model}:generateContent",
-        "bedrock-converse": "POST /model/{modelId}/converse",
+        "gemini": "POST /v1beta/models/{model}:generateContent (or :streamGenerateContent)",
+        "bedrock-converse": "POST /model/{modelId}/converse (or /converse-stream)",
     }
 )
 
@@ -107,7 +117,6 @@ ID_ALPHABET = string.ascii_letters + string.digits
 DEFAULT_RETRY_AFTER_S = 20
 
 INVALID_SHAPE = "ctxsim MockProvider could not read the request body (%s: %s); check its shape"
-NO_STREAMING = "ctxsim MockProvider does not stream; send the request without stream=true"
 
 
 # -- values ------------------------------------------------------------------
@@ -220,6 +229,7 @@ class MockProvider:
     ``max_output_tokens_cap`` gets its "too large" error; a reply longer than
     the request's ``max_tokens`` (else the cap) is cut with the truncation stop
     reason. ``rate_limit_calls`` lists 1-based call numbers answered with 429.
+    ``keep_calls`` bounds :attr:`calls` to the last N (None keeps every call).
     """
 
     def __init__(
@@ -234,6 +244,7 @@ class MockProvider:
         rate_limit_calls: Container[int] = frozenset(),
         retry_after: int = DEFAULT_RETRY_AFTER_S,
         seed: int = 0,
+        keep_calls: int | None = None,
     ) -> None:
         self.wire = _wire(fmt)
         if context_window <= 0:
@@ -242,6 +253,8 @@ class MockProvider:
             raise ValueError(f"chars_per_token must be > 0, got {chars_per_token}")
         if max_output_tokens_cap is not None and max_output_tokens_cap <= 0:
             raise ValueError(f"max_output_tokens_cap must be > 0 or None, got {max_output_tokens_cap}")
+        if keep_calls is not None and keep_calls < 1:
+            raise ValueError(f"keep_calls must be >= 1 or None (keep every call), got {keep_calls}")
         self.format = fmt
         self.context_window = context_window
         self.max_output_tokens_cap = max_output_tokens_cap
@@ -249,7 +262,10 @@ class MockProvider:
         self.prices = prices
         self.rate_limit_calls = rate_limit_calls
         self.retry_after = retry_after
-        self.calls: list[ProviderCall] = []
+        self.calls: MutableSequence[ProviderCall] = [] if keep_calls is None else deque(maxlen=keep_calls)
+        self._count = 0
+        self._usage = Usage(0, 0)
+        self._cost = 0.0
         self._script = self._as_callable(script)
         self._rng = random.Random(seed)
         self._cached_prefixes: set[str] = set()
@@ -280,8 +296,8 @@ class MockProvider:
 
     @property
     def call_count(self) -> int:
-        """Number of calls answered so far."""
-        return len(self.calls)
+        """Number of calls answered so far (all of them, even when ``keep_calls`` dropped the oldest)."""
+        return self._count
 
     @property
     def last_call(self) -> ProviderCall:
@@ -291,18 +307,12 @@ class MockProvider:
     @property
     def total_usage(self) -> Usage:
         """Usage summed over every successful call."""
-        usages = [c.usage for c in self.calls if c.usage is not None]
-        return Usage(
-            sum(u.input_tokens for u in usages),
-            sum(u.output_tokens for u in usages),
-            sum(u.cache_read_tokens for u in usages),
-            sum(u.cache_write_tokens for u in usages),
-        )
+        return self._usage
 
     @property
     def total_cost(self) -> float:
         """USD cost of every successful call, each priced by its own model."""
-        return sum(self.cost(c.usage) for c in self.calls if c.usage is not None)
+        return self._cost
 
     def cost(self, usage: Usage) -> float:
         """USD cost of ``usage`` at this provider's prices (``prices`` overrides the table)."""
@@ -314,7 +324,7 @@ class MockProvider:
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         raw = request.read()
-        index = len(self.calls) + 1
+        index = self._count + 1
         record = {"index": index, "request": request, "request_bytes": len(raw), "model": "",
                   "message_count": 0, "input_tokens": 0, "max_tokens": None}
         path = request.url.raw_path.decode("ascii", "replace").split("?", 1)[0]
@@ -336,8 +346,7 @@ class MockProvider:
             try:
                 param, max_tokens = self.wire.max_tokens(body)
                 record["max_tokens"] = max_tokens
-                if body.get("stream"):
-                    raise Invalid(NO_STREAMING, param="stream")
+                stream = self._stream_options(body, match, request.url.params)
                 self.wire.analyse(body, tally)
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 # A body of the wrong shape (a string where a list belongs...) gets a 400, never a crash.
@@ -361,10 +370,27 @@ class MockProvider:
         parsed = ParsedRequest(self.format, model, body, tally.message_count, input_tokens, max_tokens, index)
         parts = self._reply_parts(parsed, tally, max_tokens if max_tokens is not None else cap)
         outcome = "output_truncated" if parts.truncated else "ok"
-        return self._record(self.wire.reply(parts), outcome, record, usage=parts.usage)
+        response = self.wire.reply(parts) if stream is None else stream_response(self.wire, parts, stream)
+        return self._record(response, outcome, record, usage=parts.usage)
+
+    def _stream_options(self, body: Mapping[str, Any], match: re.Match[str],
+                        params: httpx.QueryParams) -> StreamOptions | None:
+        """How the request asks to stream (the body's ``stream`` flag or a streaming path), or None."""
+        if not (body.get("stream") is True or match.groupdict().get("stream")):
+            return None
+        usage = (body.get("stream_options") or {}).get("include_usage") is True
+        return StreamOptions(include_usage=usage, sse=params.get("alt") == "sse")
 
     def _record(self, response: httpx.Response, outcome: str, record: dict[str, Any],
                 usage: Usage | None = None) -> httpx.Response:
+        self._count += 1
+        if usage is not None:
+            total = self._usage
+            self._usage = Usage(total.input_tokens + usage.input_tokens,
+                                total.output_tokens + usage.output_tokens,
+                                total.cache_read_tokens + usage.cache_read_tokens,
+                                total.cache_write_tokens + usage.cache_write_tokens)
+            self._cost += self.cost(usage)
         self.calls.append(ProviderCall(response=response, outcome=outcome, usage=usage, **record))
         return response
 

@@ -168,7 +168,7 @@ class OpenAIChatWire(_OpenAIErrors):
         return self.error(OPENAI_MAX_TOKENS_TOO_LARGE % (requested, cap, requested), param=param,
                           code="invalid_value")
 
-    def reply(self, parts: ReplyParts) -> httpx.Response:
+    def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": parts.text or None, "refusal": None}
         if parts.tool_calls:
             message["tool_calls"] = [
@@ -177,7 +177,7 @@ class OpenAIChatWire(_OpenAIErrors):
             ]
         finish = "length" if parts.truncated else "tool_calls" if parts.tool_calls else "stop"
         usage = parts.usage
-        return json_response(200, {
+        return {
             "id": parts.response_id,
             "object": "chat.completion",
             "created": CREATED_EPOCH + parts.call_index,
@@ -190,7 +190,7 @@ class OpenAIChatWire(_OpenAIErrors):
                 "prompt_tokens_details": {"cached_tokens": 0},
                 "completion_tokens_details": {"reasoning_tokens": 0},
             },
-        })
+        }
 
 
 class OpenAIResponsesWire(_OpenAIErrors):
@@ -255,7 +255,7 @@ class OpenAIResponsesWire(_OpenAIErrors):
         return self.error(RESPONSES_MAX_OUTPUT_TOO_LARGE % (cap, requested), param=param,
                           code="integer_above_max_value")
 
-    def reply(self, parts: ReplyParts) -> httpx.Response:
+    def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
         suffix = parts.response_id.removeprefix("resp_")
         output: list[dict[str, Any]] = []
         if parts.text or not parts.tool_calls:
@@ -268,7 +268,7 @@ class OpenAIResponsesWire(_OpenAIErrors):
             output.append({"type": "function_call", "id": f"fc_{suffix}{n}", "call_id": call.id,
                            "name": call.name, "arguments": call.arguments, "status": "completed"})
         usage = parts.usage
-        return json_response(200, {
+        return {
             "id": parts.response_id,
             "object": "response",
             "created_at": CREATED_EPOCH + parts.call_index,
@@ -283,4 +283,4 @@ class OpenAIResponsesWire(_OpenAIErrors):
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": usage.input_tokens + usage.output_tokens,
             },
-        })
+        }

@@ -139,5 +139,14 @@ class Wire(ABC):
         raise NotImplementedError
 
     @abstractmethod
-    def reply(self, parts: ReplyParts) -> httpx.Response:
+    def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
+        """The JSON document of a successful (non-streamed) answer."""
         raise NotImplementedError
+
+    def reply_headers(self, parts: ReplyParts) -> dict[str, str]:
+        """Extra headers of a successful answer (streamed or not)."""
+        return {}
+
+    def reply(self, parts: ReplyParts) -> httpx.Response:
+        """A successful answer: :meth:`reply_payload` as JSON with :meth:`reply_headers`."""
+        return json_response(200, self.reply_payload(parts), self.reply_headers(parts))

@@ -7,6 +7,7 @@ bad input raises :class:`ScenarioError` naming the field and what it expected.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -15,10 +16,17 @@ from typing import Any
 from ctxrecover.sizes import parse_payload_size
 from simulator.proxy.faults import FAULT_KINDS, BodyCap, Fault
 
-__all__ = ["FAULT_SPEC_EXAMPLES", "FAULT_SPEC_POSITIONALS", "ScenarioError", "parse_fault_spec"]
+__all__ = [
+    "FAULT_SPEC_EXAMPLES",
+    "FAULT_SPEC_POSITIONALS",
+    "ScenarioError",
+    "fault_fields",
+    "fault_spec",
+    "parse_fault_spec",
+]
 
 
-FAULT_SIZE_FIELDS = frozenset({"limit", "min_bytes", "n_bytes"})
+FAULT_SIZE_FIELDS = frozenset({"limit", "min_bytes", "n_bytes", "rate"})
 BARE_NUMBER_RE = re.compile(r"\s*\d+(\.\d*)?\s*")
 ZERO_SIZE_RE = re.compile(r"\s*0+(\.0*)?\s*([KMG]B?|B)\s*", re.IGNORECASE)
 SIZE_HINT = 'a size in bytes or a string such as "128KB" or "1.5MB"'
@@ -34,6 +42,11 @@ FAULT_SPEC_POSITIONALS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "slow-close": ("delay_s",),
         "idle-timeout": ("delay_s",),
         "rate-limit-429": ("retry_after",),
+        "timeout": ("delay_s", "page"),
+        "status-page": ("status", "content_type"),
+        "latency": ("delay_s",),
+        "bandwidth": ("rate",),
+        "cut-stream": ("n_bytes",),
     }
 )
 FAULT_SPEC_EXAMPLES: Mapping[str, str] = MappingProxyType(
@@ -47,6 +60,11 @@ FAULT_SPEC_EXAMPLES: Mapping[str, str] = MappingProxyType(
         "slow-close": "slow-close:5",
         "idle-timeout": "idle-timeout:30",
         "rate-limit-429": "rate-limit-429:20:from_turn=3:until_turn=3",
+        "timeout": "timeout:30:nginx",
+        "status-page": "status-page:502:min_bytes=1MB",
+        "latency": "latency:0.5:jitter_s=0.1",
+        "bandwidth": "bandwidth:64KB",
+        "cut-stream": "cut-stream:2KB",
     }
 )
 
@@ -90,13 +108,21 @@ def typed_value(name: str, value: object, annotation: str) -> object:
     if isinstance(value, bool):
         raise FieldProblem(f"{name} must be {'an integer' if number is int else 'a number'}, got {value!r}")
     if isinstance(value, int) or (number is float and isinstance(value, float)):
-        return number(value)
+        return _finite(name, number(value))
     if isinstance(value, str):
         try:
-            return number(value)
+            converted = number(value)
         except ValueError:
             pass
+        else:
+            return _finite(name, converted)
     raise FieldProblem(f"{name} must be {'an integer' if number is int else 'a number'}, got {value!r}")
+
+
+def _finite(name: str, value: float) -> float:
+    if math.isfinite(value):
+        return value
+    raise FieldProblem(f"{name} must be a finite number, got {value!r}")
 
 
 def coerce_field(name: str, value: object, field: dataclasses.Field[Any], sizes: frozenset[str]) -> object:
@@ -181,3 +207,41 @@ def parse_fault_spec(spec: str) -> Fault:
             f"{where}: too many values for {kind} (expected {expected}); e.g. {FAULT_SPEC_EXAMPLES[kind]}"
         )
     return fault_from_table({"kind": kind, **dict(zip(names, positionals, strict=False)), **options}, where)
+
+
+def fault_fields(fault: Fault) -> dict[str, Any]:
+    """The fields of ``fault`` that differ from their defaults (``kind`` first), as scenario values."""
+    fields: dict[str, Any] = {"kind": fault.kind}
+    for field in dataclasses.fields(fault):
+        value = getattr(fault, field.name)
+        if is_required(field) or value != field.default:
+            fields[field.name] = value
+    return fields
+
+
+def fault_spec(fault: Fault) -> str:
+    """The compact ``KIND[:VALUE...][:key=value...]`` spec of ``fault`` (:func:`parse_fault_spec` reads it).
+
+    ValueError when a value holds a ``:`` (a page body, say): such a fault has JSON fields only.
+
+    >>> fault_spec(parse_fault_spec("body-cap:128KB:waf-403-html"))
+    'waf-403-html:min_bytes=131073B'
+    """
+    fields = fault_fields(fault)
+    kind = fields.pop("kind")
+    names = FAULT_SPEC_POSITIONALS[kind]
+    parts = [kind]
+    for name in names:
+        if name not in fields or "=" in str(fields[name]):
+            break  # the rest go as key=value
+        parts.append(_spec_value(name, fields.pop(name)))
+    parts += [f"{name}={_spec_value(name, value)}" for name, value in fields.items()]
+    if any(":" in part.partition("=")[2] for part in parts[1:]):
+        raise ValueError(f"{fault!r} has a value with ':' that a compact spec cannot hold; use JSON fields")
+    return ":".join(parts)
+
+
+def _spec_value(name: str, value: object) -> str:
+    if name in FAULT_SIZE_FIELDS:
+        return f"{value}B"
+    return str(value)

@@ -1,13 +1,14 @@
 """Middlebox faults: what one gateway misbehaviour does to a request (a page, a reset, a silence).
 
 A fault decides per request: :class:`Forward` it, or :class:`Respond` with a page; connection
-faults (:class:`ConnectionFault`) drop the connection instead. Faults fire by body size, turn
-window and probability; :data:`FAULT_KINDS` names them for scenarios and specs.
+faults (:class:`ConnectionFault`) drop the connection instead; shaping faults
+(:mod:`simulator.proxy.shaping`: latency, bandwidth, a cut stream) change a forwarded answer.
+Faults fire by body size, turn window and probability; :data:`FAULT_KINDS` names them for
+scenarios, specs and the admin API.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from string import Template
@@ -17,32 +18,52 @@ from typing import ClassVar
 import httpx
 
 from simulator.providers.mock import format_for_path, rate_limit_response
+from simulator.proxy.fault_base import (
+    FORWARD,
+    ConnectionFault,
+    Decision,
+    Fault,
+    Forward,
+    Respond,
+    choose,
+    positive,
+)
 from simulator.proxy.pages import (
     BEDROCK_HTML_PAGE,
     BODY_CAP_PAGES,
     HEADER_CAP_PAGE,
+    TIMEOUT_PAGES,
     WAF_PAGES,
     PageVariant,
     page_text,
 )
+from simulator.proxy.shaping import Bandwidth, CutStream, Latency, ShapingFault
 
 __all__ = [
+    "FAULT_KINDS",
+    "FORWARD",
+    "Bandwidth",
     "BedrockHtml403",
     "BodyCap",
     "CloseAfterBody",
     "ConnectionFault",
+    "CutStream",
     "Decision",
-    "FAULT_KINDS",
     "Fault",
     "Forward",
+    "GatewayTimeout",
     "HeaderCap",
     "IdleTimeout",
+    "Latency",
     "RateLimit429",
     "ResetAfter",
     "Respond",
+    "ShapingFault",
     "SlowClose",
+    "StatusPage",
     "WafBlock",
     "header_bytes",
+    "render_page",
 ]
 
 
@@ -53,101 +74,19 @@ TIMEOUT_MESSAGE = "timed out"
 DEFAULT_SLOW_CLOSE_S = 5.0
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 DEFAULT_RETRY_AFTER_S = 20
+DEFAULT_GATEWAY_TIMEOUT_S = 60.0  # nginx's proxy_read_timeout and an AWS ALB's idle timeout
 HEX_DIGITS = "0123456789abcdef"
 CF_ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_="
 FALLBACK_RATE_LIMIT_BODY = '{"error":{"message":"Rate limit exceeded: too many requests, retry after %ds"}}'
 
 
-def _choose(name: str, value: str, table: Mapping[str, object]) -> None:
-    if value not in table:
-        raise ValueError(f"{name} must be one of {', '.join(sorted(table))}, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class Forward:
-    """Decision: pass the request to the upstream unchanged."""
-
-
-@dataclass(frozen=True, slots=True)
-class Respond:
-    """Decision: the middlebox answers itself with this status, headers and body."""
-
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-
-    @property
-    def text(self) -> str:
-        """The body decoded as UTF-8."""
-        return self.body.decode("utf-8", "replace")
-
-    def to_response(self, request: httpx.Request | None = None) -> httpx.Response:
-        """This answer as an ``httpx.Response`` (bound to ``request`` when given)."""
-        return httpx.Response(self.status, headers=list(self.headers), content=self.body, request=request)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fault(ABC):
-    """Base of every fault: the shared conditions and the decision it takes.
-
-    ``probability`` (seeded draw), ``from_turn``/``until_turn`` (1-based,
-    inclusive) and ``min_bytes`` (request body size) gate the fault.
-    """
-
-    kind: ClassVar[str] = ""
-    # True when the trigger needs only the declared body size and the headers, so the
-    # fault can act as soon as the request head is in (see Middlebox.decide_headers).
-    at_headers: ClassVar[bool] = False
-    probability: float = 1.0
-    from_turn: int = 1
-    until_turn: int | None = None
-    min_bytes: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.probability <= 1.0:
-            raise ValueError(f"probability must be within [0, 1], got {self.probability}")
-        if self.from_turn < 1:
-            raise ValueError(f"from_turn must be >= 1 (turns count from 1), got {self.from_turn}")
-        if self.until_turn is not None and self.until_turn < self.from_turn:
-            raise ValueError(f"until_turn must be >= from_turn ({self.from_turn}), got {self.until_turn}")
-        if self.min_bytes < 0:
-            raise ValueError(f"min_bytes must be >= 0, got {self.min_bytes}")
-        self._check()
-
-    def _check(self) -> None:  # noqa: B027 - an optional hook, not an abstract method
-        """Validate the fault's own fields (subclasses override)."""
-
-    def applies(self, request: httpx.Request, body_bytes: int, turn: int) -> bool:
-        """Whether every condition except the probability draw holds."""
-        return self.gated_in(body_bytes, turn) and self._triggered(request, body_bytes)
-
-    def gated_in(self, body_bytes: int, turn: int) -> bool:
-        """Whether the shared conditions (turn range, ``min_bytes``) hold; the trigger is not looked at."""
-        return (
-            turn >= self.from_turn
-            and (self.until_turn is None or turn <= self.until_turn)
-            and body_bytes >= self.min_bytes
-        )
-
-    def _triggered(self, request: httpx.Request, body_bytes: int) -> bool:
-        return True
-
-    @abstractmethod
-    def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        """The decision this fault takes for ``request`` (``ids`` fill page placeholders)."""
-
-
-def _respond(page: PageVariant, ids: Mapping[str, str]) -> Respond:
+def render_page(page: PageVariant, ids: Mapping[str, str]) -> Respond:
+    """``page`` as a middlebox answers it, its ``$name`` placeholders filled from ``ids``."""
     body = Template(page_text(page.file)).safe_substitute(ids).encode()
     headers = (("content-type", page.content_type),
                *((name, Template(value).safe_substitute(ids)) for name, value in page.headers),
                ("connection", "close"))
     return Respond(page.status, headers, body)
-
-
-def _positive(name: str, value: int | float) -> None:
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,14 +99,14 @@ class BodyCap(Fault):
     response: str = "nginx"
 
     def _check(self) -> None:
-        _positive("limit", self.limit)
-        _choose("response", self.response, BODY_CAP_PAGES)
+        positive("limit", self.limit)
+        choose("response", self.response, BODY_CAP_PAGES)
 
     def _triggered(self, request: httpx.Request, body_bytes: int) -> bool:
         return body_bytes > self.limit
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return _respond(BODY_CAP_PAGES[self.response], ids)
+        return render_page(BODY_CAP_PAGES[self.response], ids)
 
 
 def head_url(path: str, headers: list[tuple[str, str]]) -> str:
@@ -190,13 +129,13 @@ class HeaderCap(Fault):
     limit: int
 
     def _check(self) -> None:
-        _positive("limit", self.limit)
+        positive("limit", self.limit)
 
     def _triggered(self, request: httpx.Request, body_bytes: int) -> bool:
         return header_bytes(request) > self.limit
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return _respond(HEADER_CAP_PAGE, ids)
+        return render_page(HEADER_CAP_PAGE, ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,10 +147,10 @@ class WafBlock(Fault):
     page: str = "cloudflare"
 
     def _check(self) -> None:
-        _choose("page", self.page, WAF_PAGES)
+        choose("page", self.page, WAF_PAGES)
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return _respond(WAF_PAGES[self.page], ids)
+        return render_page(WAF_PAGES[self.page], ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +161,7 @@ class BedrockHtml403(Fault):
     min_bytes: int = 0
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return _respond(BEDROCK_HTML_PAGE, ids)
+        return render_page(BEDROCK_HTML_PAGE, ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +173,7 @@ class RateLimit429(Fault):
     fmt: str | None = None
 
     def _check(self) -> None:
-        _positive("retry_after", self.retry_after)
+        positive("retry_after", self.retry_after)
         if self.fmt is not None:
             rate_limit_response(self.fmt)  # raises ValueError listing the formats
 
@@ -247,18 +186,6 @@ class RateLimit429(Fault):
         response = rate_limit_response(fmt, retry_after=self.retry_after)
         headers = tuple((k, v) for k, v in response.headers.items() if k != "content-length")
         return Respond(429, headers + (("connection", "close"),), response.content)
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionFault(Fault):
-    """A fault that drops the connection instead of answering; it is its own decision."""
-
-    def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return self
-
-    @abstractmethod
-    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> None:
-        """Raise the httpx transport error a client sees when this fault hits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +229,7 @@ class SlowClose(ConnectionFault):
     delay_s: float = DEFAULT_SLOW_CLOSE_S
 
     def _check(self) -> None:
-        _positive("delay_s", self.delay_s)
+        positive("delay_s", self.delay_s)
 
     def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> None:
         sleep(self.delay_s)
@@ -317,19 +244,60 @@ class IdleTimeout(ConnectionFault):
     delay_s: float = DEFAULT_IDLE_TIMEOUT_S
 
     def _check(self) -> None:
-        _positive("delay_s", self.delay_s)
+        positive("delay_s", self.delay_s)
 
     def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> None:
         sleep(self.delay_s)
         raise httpx.ReadTimeout(TIMEOUT_MESSAGE, request=request)
 
 
-Decision = Forward | Respond | ConnectionFault
-FORWARD = Forward()
+@dataclass(frozen=True, slots=True)
+class GatewayTimeout(Fault):
+    """The gateway's upstream timeout: silent for ``delay_s`` seconds, then a 504 (or 524) page.
+
+    ``page`` is one of :data:`~simulator.proxy.pages.TIMEOUT_PAGES` (nginx's ``504 Gateway
+    Time-out``, an AWS ALB's 504, Cloudflare's ``524 A timeout occurred``). The request is not
+    forwarded. (toxiproxy's ``timeout`` — silence, then a close — is :class:`SlowClose`.)
+    """
+
+    kind: ClassVar[str] = "timeout"
+    delay_s: float = DEFAULT_GATEWAY_TIMEOUT_S
+    page: str = "nginx"
+
+    def _check(self) -> None:
+        positive("delay_s", self.delay_s)
+        choose("page", self.page, TIMEOUT_PAGES)
+
+    def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
+        page = render_page(TIMEOUT_PAGES[self.page], ids)
+        return Respond(page.status, page.headers, page.body, delay_s=self.delay_s)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusPage(Fault):
+    """Any other answer a gateway gives: ``status`` with ``body`` as ``content_type``.
+
+    What ``ctxsim infer`` writes for a recorded page that matches none of the bundled ones.
+    """
+
+    kind: ClassVar[str] = "status-page"
+    status: int
+    body: str = ""
+    content_type: str = "text/plain; charset=utf-8"
+
+    def _check(self) -> None:
+        if not 100 <= self.status <= 599:
+            raise ValueError(f"status must be an HTTP status within 100..599, got {self.status}")
+
+    def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
+        return Respond(self.status, (("content-type", self.content_type), ("connection", "close")),
+                       self.body.encode())
+
+
 FAULT_KINDS: Mapping[str, type[Fault]] = MappingProxyType(
     {
         cls.kind: cls
         for cls in (BodyCap, HeaderCap, WafBlock, BedrockHtml403, ResetAfter, CloseAfterBody, SlowClose,
-                    IdleTimeout, RateLimit429)
+                    IdleTimeout, RateLimit429, GatewayTimeout, StatusPage, Latency, Bandwidth, CutStream)
     }
 )

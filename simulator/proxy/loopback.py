@@ -5,6 +5,10 @@ It is the only way to really reset or close a TCP connection mid-POST. The offic
 ``httpx.MockTransport`` intercepts them: point their ``base_url`` at a
 :class:`LoopbackServer` (with ``max_retries=0``).
 
+The server owns its connections (the table, eviction at the limit, the admin port); one
+request is served by :mod:`simulator.proxy.exchange`, on the framing of
+:mod:`simulator.proxy.http11`, within the bounds of :mod:`simulator.proxy.limits`.
+
 >>> server = LoopbackServer(lambda request: httpx.Response(200, text="hi"))
 >>> with server, httpx.Client(trust_env=False) as client:
 ...     client.get(server.base_url + "/ping").text
@@ -15,78 +19,59 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import socket
-import struct
 import threading
+import time
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
 import h11
 import httpx
 
-from simulator.proxy.faults import (
-    CloseAfterBody,
-    ConnectionFault,
-    Decision,
-    Forward,
-    IdleTimeout,
-    ResetAfter,
-    Respond,
+from simulator.proxy.admin import AdminApi
+from simulator.proxy.exchange import TURN_HEADER, Dispatcher, head_too_large
+from simulator.proxy.fault_base import Decision
+from simulator.proxy.forward import Forwarder
+from simulator.proxy.http11 import (
+    BodyTooLarge,
+    ClientGone,
+    ClientTooSlow,
+    HttpConnection,
+    json_reply,
+    text_reply,
 )
 from simulator.proxy.inprocess import Handler
+from simulator.proxy.journal import OUTCOMES, ExchangeRecord, ExchangeTrace
+from simulator.proxy.limits import ByteBudget, ServerLimits
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_READ_TIMEOUT_S",
+    "OUTCOMES",
+    "TURN_HEADER",
     "DecidingApp",
     "ExchangeRecord",
     "LoopbackServer",
-    "OUTCOMES",
-    "TURN_HEADER",
+    "ServerStartError",
+    "loopback_host",
 ]
 
-
-TURN_HEADER = "x-ctxsim-turn"
 LOOPBACK_NAMES: Mapping[str, str] = MappingProxyType({"localhost": "127.0.0.1"})
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-DEFAULT_MAX_HEAD_BYTES = 256 * 1024
-DEFAULT_READ_TIMEOUT_S = 30.0
-DEFAULT_HANDLER_TIMEOUT_S = 120.0
-DEFAULT_MAX_FAULT_DELAY_S = 30.0
-DEFAULT_MAX_CONNECTIONS = 64
+DEFAULTS = ServerLimits()
+DEFAULT_MAX_BODY_BYTES = DEFAULTS.max_body_bytes
+DEFAULT_READ_TIMEOUT_S = DEFAULTS.read_timeout_s
+DEFAULT_KEEP_RECORDS = 1000
 DEFAULT_START_TIMEOUT_S = 5.0
 DEFAULT_STOP_TIMEOUT_S = 5.0
-LINGER_S = 2.0  # like nginx's lingering close: drain an unread body so the client can read our answer
-READ_CHUNK_BYTES = 64 * 1024
-# Heads are read in small chunks so that little body comes in with them: a reset after
-# N body bytes then stops reading at N (at most this far past it when N is tiny).
-HEAD_CHUNK_BYTES = 4 * 1024
-HOP_BY_HOP_HEADERS = frozenset(
-    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
-     b"te", b"trailer", b"transfer-encoding", b"upgrade", b"content-length"}
-)
-NOT_FORWARDED_HEADERS = frozenset({b"host", TURN_HEADER.encode()})
-NO_BODY_STATUSES = frozenset({204, 304})
-# ExchangeRecord.outcome values; connection faults record their middlebox kind instead.
-OUTCOMES: Mapping[str, str] = MappingProxyType({
-    "answered": "the handler (or the middlebox's upstream) answered",
-    "forwarded": "relayed from the upstream URL",
-    "responded": "the middlebox answered itself (413, 431, 403 page, 429)",
-    "reset-after": "TCP reset (SO_LINGER 0) after n_bytes of the body (mid-POST when declared longer)",
-    "close-after-body": "closed after the body without a response",
-    "slow-close": "silent, then closed without a response",
-    "idle-timeout": "silent until the client gave up (or the server's max fault delay)",
-    "body-too-large": "413 from the server's own max_body_bytes bound",
-    "bad-request": "malformed HTTP or x-ctxsim-turn header",
-    "busy": "503: more than max_connections connections",
-    "handler-error": "500: the handler raised",
-    "handler-timeout": "504: the handler ran past handler_timeout_s",
-    "upstream-error": "502: the upstream URL failed",
-    "client-gone": "the client closed or stalled (read_timeout_s) before its body was complete",
-})
+# At the connection limit a new connection takes the place of an idle keep-alive one, or of one
+# that has sent no complete head for this long (slowloris); only when every slot is serving a
+# request does it get a 503.
+EVICT_STALLED_AFTER_S = 1.0
+ADMIN_LIMITS = ServerLimits(max_body_bytes=64 * 1024, max_connections=16)
+
+Observer = Callable[[ExchangeRecord, ExchangeTrace], None]
 
 
 class DecidingApp(Protocol):
@@ -102,110 +87,18 @@ class DecidingApp(Protocol):
     def decide(self, request: httpx.Request, turn: int | None = None) -> Decision: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ExchangeRecord:
-    """One request the loopback server received and what it did (``outcome``: see :data:`OUTCOMES`).
-
-    ``body_bytes`` counts the body bytes the server consumed before it answered or
-    dropped the connection; ``content_length`` is the size the client declared
-    (None when chunked or absent). A decision taken at the head (a 413 by
-    Content-Length, a reset after N bytes) leaves ``body_bytes`` below it.
-    """
-
-    turn: int
-    method: str
-    path: str
-    body_bytes: int
-    outcome: str
-    status: int | None
-    detail: str = ""
-    content_length: int | None = None
+class ServerStartError(RuntimeError):
+    """The server could not bind its port (in use, not permitted) or did not come up."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Reply:
-    status: int
-    headers: tuple[tuple[bytes, bytes], ...]
-    body: bytes
+class _BindError(Exception):
+    def __init__(self, address: str, error: OSError) -> None:
+        super().__init__(f"{address}: {error}")
+        self.address, self.error = address, error
 
 
-class _UpstreamError(Exception):
-    """The upstream URL failed (mapped to 502, not mirrored as a connection fault)."""
-
-
-class _BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-# Most specific first: what the client gets when answering failed.
-HANDLER_FAILURES: tuple[tuple[type[Exception], int, str], ...] = (
-    (_UpstreamError, 502, "upstream-error"),
-    (TimeoutError, 504, "handler-timeout"),
-    (Exception, 500, "handler-error"),
-)
-
-
-def _head_bytes(head: h11.Request) -> int:
-    """Size of the request line and headers on the wire (as ``middlebox.header_bytes`` counts them)."""
-    line = len(head.method) + len(head.target) + len(" HTTP/1.1\r\n") + 1
-    return line + sum(len(name) + len(value) + 4 for name, value in head.headers) + 2
-
-
-def _content_length(head: h11.Request) -> int | None:
-    """The declared body size (h11 has validated it); None for a chunked body."""
-    headers = dict(head.headers)
-    if b"transfer-encoding" in headers:
-        return None
-    value = headers.get(b"content-length")
-    return int(value) if value is not None else 0
-
-
-def _text_reply(status: int, text: str) -> _Reply:
-    return _Reply(status, ((b"content-type", b"text/plain; charset=utf-8"),), text.encode())
-
-
-def _raw_body(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    """The body as sent on the wire (still encoded) and whether it had to be decoded."""
-    if isinstance(response.stream, httpx.ByteStream):
-        return b"".join(response.stream), False
-    if response.is_stream_consumed:
-        return response.content, True
-    chunks, size = [], 0
-    for chunk in response.iter_raw():
-        size += len(chunk)
-        if size > limit:
-            raise _UpstreamError(f"upstream response exceeds max_body_bytes ({limit})")
-        chunks.append(chunk)
-    return b"".join(chunks), False
-
-
-def _reply_of(response: httpx.Response, limit: int) -> _Reply:
-    body, decoded = _raw_body(response, limit)
-    headers = tuple(
-        (k, v) for k, v in response.headers.raw if not (decoded and k.lower() == b"content-encoding")
-    )
-    if b"close" in response.headers.get("connection", "").lower().encode():
-        headers += ((b"connection", b"close"),)
-    return _Reply(response.status_code, headers, body)
-
-
-def _reply_of_decision(decision: Respond) -> _Reply:
-    headers = tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in decision.headers)
-    return _Reply(decision.status, headers, decision.body)
-
-
-def _fault_of(error: httpx.TransportError, max_delay_s: float) -> ConnectionFault:
-    """The wire fault matching a transport error a handler raised in-process."""
-    if isinstance(error, httpx.TimeoutException):
-        return IdleTimeout(delay_s=max_delay_s)
-    if isinstance(error, httpx.RemoteProtocolError):
-        return CloseAfterBody()
-    return ResetAfter(n_bytes=0)
-
-
-def _loopback_host(host: str) -> str:
+def loopback_host(host: str, what: str = "LoopbackServer") -> str:
+    """``host`` as bound (``localhost`` is 127.0.0.1); ValueError unless it is a loopback address."""
     host = LOOPBACK_NAMES.get(host, host)
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -213,15 +106,10 @@ def _loopback_host(host: str) -> str:
         loopback = False
     if not loopback:
         raise ValueError(
-            f"LoopbackServer binds loopback addresses only (127.0.0.0/8, ::1 or localhost), got {host!r}; "
+            f"{what} binds loopback addresses only (127.0.0.0/8, ::1 or localhost), got {host!r}; "
             "it hosts fault models for local tests — use host='127.0.0.1'"
         )
     return host
-
-
-def _positive(name: str, value: float) -> None:
-    if value <= 0:
-        raise ValueError(f"LoopbackServer {name} must be > 0, got {value}")
 
 
 class LoopbackServer:
@@ -230,22 +118,28 @@ class LoopbackServer:
     ``app`` is a handler, called in a worker thread, or a middlebox-like object
     with ``decide(request, turn)``: the server reads the body (``decide`` looks
     at it), then answers, forwards, resets (RST via ``SO_LINGER`` 0), closes,
-    closes slowly or stays silent, as decided. When the app also has
-    ``decide_headers`` and it decides from the head, the server acts before the
-    body is in: it answers at once (draining the body, like nginx's 413 by
-    Content-Length) or reads ``n_bytes`` and resets while the client is still
-    sending (a true mid-POST reset). ``turn`` is the 1-based index of
-    the request on this server, or the ``x-ctxsim-turn`` header when present.
-    Forwarded requests go to ``upstream`` (an ``http(s)://`` URL, relayed with
-    ``trust_env=False``) when given, else to ``app.upstream``; ``app`` may be None
-    for a plain forwarding proxy. Normal answers keep the connection alive;
-    fault answers carry ``Connection: close``. Every wait is bounded: bodies by
-    ``max_body_bytes`` (else 413), reads by ``read_timeout_s``, handlers by
-    ``handler_timeout_s`` (else 504), silences by ``max_fault_delay_s``,
-    connections by ``max_connections`` (else 503). ``handler_workers`` is 1 by
-    default so stateful mocks see one request at a time, in arrival order.
-    Point an SDK at it with ``openai.OpenAI(base_url=server.base_url + "/v1",
-    api_key="x", max_retries=0)``.
+    closes slowly or stays silent, as decided, and shapes forwarded answers
+    (latency, bandwidth, a cut stream). When the app also has ``decide_headers``
+    and it decides from the head, the server acts before the body is in: it
+    answers at once (draining the body, like nginx's 413 by Content-Length) or
+    reads ``n_bytes`` and resets while the client is still sending (a true
+    mid-POST reset). ``turn`` is the 1-based index of the request on this server
+    (across all clients), or the ``x-ctxsim-turn`` header when present.
+
+    Forwarded requests go to ``upstream`` (an ``http(s)://`` URL: concurrent, on a
+    pooled transport with no cookie jar, see :mod:`simulator.proxy.forward`) when
+    given, else to ``app.upstream``; ``app`` may be None for a plain forwarding
+    proxy. Normal answers keep the connection alive; fault answers carry
+    ``Connection: close``. Every wait and size is bounded (:class:`ServerLimits`:
+    bodies, heads, in-flight body bytes, head and body deadlines that do not
+    restart per byte, handlers, silences, connections). ``handler_workers`` is 1
+    by default so stateful mocks see one request at a time, in arrival order.
+
+    The last ``keep_records`` exchanges stay in :attr:`records`; ``on_exchange``
+    sees every one (with its :class:`ExchangeTrace`; bodies kept when
+    ``record_bodies``). ``admin_port`` serves :class:`~simulator.proxy.admin.AdminApi`
+    over the app's faults on the same host. Point an SDK at it with
+    ``openai.OpenAI(base_url=server.base_url + "/v1", api_key="x", max_retries=0)``.
     """
 
     def __init__(
@@ -254,23 +148,35 @@ class LoopbackServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES,
-        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
-        handler_timeout_s: float = DEFAULT_HANDLER_TIMEOUT_S,
-        max_fault_delay_s: float = DEFAULT_MAX_FAULT_DELAY_S,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_body_bytes: int = DEFAULTS.max_body_bytes,
+        max_head_bytes: int = DEFAULTS.max_head_bytes,
+        read_timeout_s: float = DEFAULTS.read_timeout_s,
+        handler_timeout_s: float = DEFAULTS.handler_timeout_s,
+        max_fault_delay_s: float = DEFAULTS.max_fault_delay_s,
+        max_connections: int = DEFAULTS.max_connections,
         handler_workers: int = 1,
         upstream: str | None = None,
+        head_timeout_s: float = DEFAULTS.head_timeout_s,
+        body_timeout_s: float = DEFAULTS.body_timeout_s,
+        min_body_rate: int = DEFAULTS.min_body_rate,
+        max_inflight_body_bytes: int = DEFAULTS.max_inflight_body_bytes,
+        queue_timeout_s: float = DEFAULTS.queue_timeout_s,
+        keep_records: int = DEFAULT_KEEP_RECORDS,
+        on_exchange: Observer | None = None,
+        record_bodies: bool = False,
+        admin_port: int | None = None,
     ) -> None:
-        self.host = _loopback_host(host)
-        if not 0 <= port <= 65535:
-            raise ValueError(f"LoopbackServer port must be within 0..65535 (0 picks a free port), got {port}")
-        for name, value in (("max_body_bytes", max_body_bytes), ("max_head_bytes", max_head_bytes),
-                            ("read_timeout_s", read_timeout_s), ("handler_timeout_s", handler_timeout_s),
-                            ("max_fault_delay_s", max_fault_delay_s), ("max_connections", max_connections),
-                            ("handler_workers", handler_workers)):
-            _positive(name, value)
+        self.host = loopback_host(host)
+        for name, number in (("port", port), ("admin_port", admin_port)):
+            if number is not None and not 0 <= number <= 65535:
+                raise ValueError(f"LoopbackServer {name} must be within 0..65535 (0 picks a free port), "
+                                 f"got {number}")
+        self.limits = ServerLimits(max_body_bytes, max_head_bytes, max_inflight_body_bytes, max_connections,
+                                   read_timeout_s, head_timeout_s, body_timeout_s, min_body_rate,
+                                   handler_timeout_s, max_fault_delay_s, queue_timeout_s)
+        for name, count in (("handler_workers", handler_workers), ("keep_records", keep_records)):
+            if count < 1:
+                raise ValueError(f"LoopbackServer {name} must be > 0, got {count}")
         self._deciding = hasattr(app, "decide")
         if upstream is not None:
             url = httpx.URL(upstream)
@@ -285,40 +191,54 @@ class LoopbackServer:
             raise ValueError("the middlebox has no upstream to forward to; give it one or pass upstream=URL")
         elif not self._deciding and not callable(app):
             raise TypeError(f"app must be a handler(request) -> httpx.Response or have decide(), got {app!r}")
+        if admin_port is not None and not hasattr(app, "add_fault"):
+            raise ValueError("admin_port needs a Middlebox app: the admin API changes its faults")
         self.app = app
         self.upstream = upstream
-        self._handler: Handler | None = getattr(app, "upstream", None)
-        if not self._deciding:
-            self._handler = app  # type: ignore[assignment]
+        self._handler: Handler | None = app if not self._deciding else getattr(app, "upstream", None)  # type: ignore[assignment]
         self.requested_port = port
         self.port = port
-        self.max_body_bytes = max_body_bytes
-        self.max_head_bytes = max_head_bytes
-        self.read_timeout_s = read_timeout_s
-        self.handler_timeout_s = handler_timeout_s
-        self.max_fault_delay_s = max_fault_delay_s
-        self.max_connections = max_connections
+        self.requested_admin_port = admin_port
+        self.admin_port: int | None = admin_port
         self.handler_workers = handler_workers
-        self._records: list[ExchangeRecord] = []
-        self._requests = 0
+        self.record_bodies = record_bodies
+        self._records: deque[ExchangeRecord] = deque(maxlen=keep_records)
+        self.outcomes: Counter[str] = Counter()
+        self.served = 0
+        self.observer_errors: list[str] = []
+        self._observer = on_exchange
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._conns: dict[asyncio.Task[Any], HttpConnection] = {}
+        self._admin_conns: set[asyncio.Task[Any]] = set()
+        self.peak_connections = 0
+        self.evicted = 0
         self._executor: ThreadPoolExecutor | None = None
-        self._client: httpx.Client | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._budget = ByteBudget(self.limits.max_inflight_body_bytes)
 
-    # -- lifecycle -------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------------------------
 
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:PORT`` of the running server."""
+        return self._url(self.port)
+
+    @property
+    def admin_url(self) -> str:
+        """``http://127.0.0.1:PORT`` of the running admin API."""
+        if self.requested_admin_port is None:
+            raise RuntimeError("this LoopbackServer has no admin API; pass admin_port=")
+        return self._url(self.admin_port or 0)
+
+    def _url(self, port: int) -> str:
         if not self.running:
             raise RuntimeError("LoopbackServer is not running; call start() or use it as a context manager")
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"http://{host}:{port}"
 
     @property
     def running(self) -> bool:
@@ -327,32 +247,51 @@ class LoopbackServer:
 
     @property
     def records(self) -> tuple[ExchangeRecord, ...]:
-        """Every request received so far, in order."""
+        """The last ``keep_records`` requests received, in order (``served`` counts them all)."""
         return tuple(self._records)
 
+    def stats(self) -> dict[str, Any]:
+        """Counters of the server (served at the admin API's ``GET /stats``)."""
+        return {
+            "requests": self.served, "outcomes": dict(self.outcomes), "connections": len(self._conns),
+            "peak_connections": self.peak_connections, "evicted_connections": self.evicted,
+            "inflight_body_bytes": self._budget.used, "peak_inflight_body_bytes": self._budget.peak,
+            "budget_refusals": self._budget.refused,
+            "rejected_by_fault": dict(getattr(self.app, "rejected", {})),
+        }
+
     def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> LoopbackServer:
-        """Bind and serve in a background thread; returns self once it accepts connections."""
+        """Bind and serve in a background thread; returns self once it accepts connections.
+
+        Raises :class:`ServerStartError` (a RuntimeError) naming the address when a port
+        cannot be bound (already in use, not permitted).
+        """
         if self._thread is not None:
             raise RuntimeError("LoopbackServer is already started; call stop() first")
         self._ready.clear()
         self._error = None
         self._executor = ThreadPoolExecutor(self.handler_workers, thread_name_prefix="ctxsim-loopback-worker")
+        forwarder = None
         if self.upstream is not None:
-            self._client = httpx.Client(trust_env=False, timeout=self.handler_timeout_s)
+            forwarder = Forwarder(self.upstream, timeout_s=self.limits.handler_timeout_s)
+        self._dispatcher = Dispatcher(app=self.app, deciding=self._deciding, handler=self._handler,
+                                      forwarder=forwarder, limits=self.limits, budget=self._budget,
+                                      executor=self._executor, on_record=self._on_record,
+                                      keep_bodies=self.record_bodies)
         self._thread = threading.Thread(target=self._run, name="ctxsim-loopback", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout_s) or self._error is not None:
             error = self._error
             self.stop()
             if error is not None:
-                raise RuntimeError(
-                    f"LoopbackServer could not start on {self.host}:{self.requested_port}: {error}"
-                ) from error
-            raise RuntimeError(f"LoopbackServer did not start within {timeout_s} s")
+                where, cause = ((error.address, error.error) if isinstance(error, _BindError)
+                                else (f"{self.host}:{self.requested_port}", error))
+                raise ServerStartError(f"LoopbackServer could not start on {where}: {cause}") from error
+            raise ServerStartError(f"LoopbackServer did not start within {timeout_s} s")
         return self
 
     def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
-        """Shut down inside the loop (close the listener, cancel connections) and join the thread."""
+        """Shut down inside the loop (close the listeners, cancel connections) and join the thread."""
         thread, loop, stop = self._thread, self._loop, self._stop
         if thread is None:
             return
@@ -364,9 +303,7 @@ class LoopbackServer:
         thread.join(timeout_s)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
-        if self._client is not None:
-            self._client.close()
-        self._thread = self._loop = self._stop = self._executor = self._client = None
+        self._thread = self._loop = self._stop = self._executor = None
         if thread.is_alive():
             raise RuntimeError(f"LoopbackServer thread did not stop within {timeout_s} s")
 
@@ -383,281 +320,142 @@ class LoopbackServer:
             self._error = error
             self._ready.set()
 
+    async def _bind(self, serve: Callable[..., Any], port: int) -> asyncio.Server:
+        try:
+            return await asyncio.start_server(serve, self.host, port)
+        except OSError as error:
+            raise _BindError(f"{self.host}:{port}", error) from error
+
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._serve, self.host, self.requested_port)
-        self.port = server.sockets[0].getsockname()[1]
+        servers = [await self._bind(self._serve, self.requested_port)]
+        self.port = servers[0].sockets[0].getsockname()[1]
+        if self._dispatcher is not None:
+            self._dispatcher.host_header = f"{self.host}:{self.port}".encode()
+        admin = None
+        if self.requested_admin_port is not None:
+            admin = AdminApi(self.app, stats=self.stats)  # type: ignore[arg-type]
+            try:
+                servers.append(await self._bind(lambda r, w: self._serve_admin(r, w, admin),
+                                                self.requested_admin_port))
+            except _BindError:
+                servers[0].close()
+                raise
+            self.admin_port = servers[1].sockets[0].getsockname()[1]
         self._ready.set()
         try:
             await self._stop.wait()
         finally:
-            server.close()
-            tasks = list(self._tasks)
+            for server in servers:
+                server.close()
+            tasks = [*self._conns, *self._admin_conns]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await server.wait_closed()
+            for server in servers:
+                await server.wait_closed()
 
-    # -- one connection ------------------------------------------------------------
+    # -- records ---------------------------------------------------------------------------------
+
+    def _on_record(self, record: ExchangeRecord, trace: ExchangeTrace) -> None:
+        self._records.append(record)
+        self.outcomes[record.outcome] += 1
+        self.served += 1
+        if self._observer is not None:
+            try:
+                self._observer(record, trace)
+            except Exception as error:  # a broken log file must not break the server
+                self.observer_errors.append(f"{type(error).__name__}: {error}")
+
+    def _record_early(self, outcome: str, status: int, detail: str) -> None:
+        """A request that failed before its head was read (malformed, too slow)."""
+        self._on_record(ExchangeRecord(0, "", "", 0, outcome, status, detail, started_at=time.time()),
+                        ExchangeTrace())
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def _make_room(self, newcomer: asyncio.Task[Any]) -> bool:
+        """Close an idle keep-alive connection, else one stalled before its head; False if none."""
+        now = time.monotonic()
+        idle = [(conn.phase_since, task) for task, conn in self._conns.items()
+                if task is not newcomer and conn.phase == "idle"]
+        stalled = [(conn.phase_since, task) for task, conn in self._conns.items()
+                   if task is not newcomer and conn.phase in ("new", "head")
+                   and now - conn.phase_since > EVICT_STALLED_AFTER_S]
+        victims = sorted(idle) or sorted(stalled)
+        if not victims:
+            return False
+        task = victims[0][1]
+        self._conns[task].enter("evicted")
+        task.cancel()
+        self.evicted += 1
+        return True
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        busy = len(self._tasks) > self.max_connections
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_head_bytes)
+        assert task is not None and self._dispatcher is not None
+        conn = HttpConnection(reader, writer, self.limits)
+        self._conns[task] = conn
+        self.peak_connections = max(self.peak_connections, len(self._conns))
+        busy = None
+        if len(self._conns) > self.limits.max_connections and not self._make_room(task):
+            busy = (f"server busy: all {self.limits.max_connections} connections (max_connections) are "
+                    "serving requests; retry shortly")
         try:
-            while await self._exchange(conn, reader, writer, busy=busy):
-                conn.start_next_cycle()
-        except (TimeoutError, ConnectionError, h11.ProtocolError):
-            pass  # idle keep-alive, stalled or vanished client: just close
-        except asyncio.CancelledError:
-            pass  # shutdown; ending quietly spares asyncio's stream callback a cancelled task
-        finally:
-            self._tasks.discard(task)
-            writer.close()
-
-    async def _next_event(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                          max_read: int = READ_CHUNK_BYTES) -> Any:
-        while (event := conn.next_event()) is h11.NEED_DATA:
-            async with asyncio.timeout(self.read_timeout_s):
-                conn.receive_data(await reader.read(max_read))
-        return event
-
-    async def _exchange(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter, *, busy: bool) -> bool:
-        """Serve one request; True keeps the connection for the next one."""
-        try:
-            head = await self._next_event(conn, reader, HEAD_CHUNK_BYTES)
-        except h11.RemoteProtocolError as error:
-            status, detail = error.error_status_hint, str(error)
-            if status == 431:
-                detail = self._head_too_large
-            self._record(0, "", "", 0, "bad-request", status, detail)
-            await self._fault_reply(conn, reader, writer, _text_reply(status, f"{detail}\n"))
-            return False
-        if not isinstance(head, h11.Request):
-            return False
-        self._requests += 1
-        method, target = head.method.decode("ascii"), head.target.decode("ascii", "replace")
-        content_length = _content_length(head)
-        record = self._recorder(method, target, content_length)
-        try:
-            if _head_bytes(head) > self.max_head_bytes:
-                raise _BadRequest(self._head_too_large, 431)
-            turn = self._turn(head)
-            if busy:
-                raise _BadRequest(f"server busy: more than {self.max_connections} connections", 503)
-            decide_headers = getattr(self.app, "decide_headers", None) if self._deciding else None
-            if decide_headers is not None:
-                headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers]
+            while True:
                 try:
-                    early = await self._in_worker(decide_headers, method, target, headers, content_length,
-                                                  turn)
-                except Exception as error:
-                    await self._handler_failed(conn, reader, writer, error, record, turn, 0)
-                    return False
-                if early is not None:
-                    await self._act_at_head(conn, reader, writer, early, record, turn)
-                    return False
-            body = await self._read_body(conn, reader, writer)
-        except _BadRequest as error:
-            outcome = {413: "body-too-large", 503: "busy"}.get(error.status, "bad-request")
-            record(self._requests, 0, outcome, error.status, str(error))
-            await self._fault_reply(conn, reader, writer, _text_reply(error.status, f"{error}\n"))
-            return False
-        if body is None:
-            record(turn, 0, "client-gone", None)
-            return False
-        host = dict(head.headers).get(b"host", f"{self.host}:{self.port}".encode()).decode("ascii", "replace")
-        request = httpx.Request(method, f"http://{host}{target}", headers=head.headers, content=body)
-        decision: Decision = Forward()
+                    head = await conn.next_request()
+                except h11.RemoteProtocolError as error:
+                    status = error.error_status_hint
+                    detail = head_too_large(self.limits) if status == 431 else str(error)
+                    self._record_early("bad-request", status, detail)
+                    await conn.fault_reply(text_reply(status, f"{detail}\n"))
+                    return
+                except ClientTooSlow:
+                    detail = (f"request head not complete within {self.limits.head_timeout_s:g} s "
+                              "(head_timeout_s)")
+                    self._record_early("client-timeout", 408, detail)
+                    await conn.fault_reply(text_reply(408, f"{detail}\n"))
+                    return
+                if head is None or not await self._dispatcher.serve(conn, head, busy=busy):
+                    return
+                conn.h11.start_next_cycle()
+        except (TimeoutError, ConnectionError, ClientGone, h11.ProtocolError):
+            pass  # a stalled or vanished client: just close
+        except asyncio.CancelledError:
+            pass  # shutdown or eviction; ending quietly spares asyncio's stream callback a cancelled task
+        finally:
+            self._conns.pop(task, None)
+            writer.close()
+            if conn.upstream is not None:
+                await conn.upstream.aclose()
+
+    async def _serve_admin(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           admin: AdminApi) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        conn = HttpConnection(reader, writer, ADMIN_LIMITS)
+        self._admin_conns.add(task)
         try:
-            if self._deciding:
-                decision = await self._in_worker(self.app.decide, request, turn)  # type: ignore[union-attr]
-            if isinstance(decision, Forward):
-                reply = await self._in_worker(self._answer, request)
-        except httpx.TransportError as error:  # a handler faulting in-process: do it for real
-            decision = _fault_of(error, self.max_fault_delay_s)
-        except Exception as error:  # any handler bug becomes an answer the client can read
-            await self._handler_failed(conn, reader, writer, error, record, turn, len(body))
-            return False
-        if isinstance(decision, Respond):
-            record(turn, len(body), "responded", decision.status)
-            await self._fault_reply(conn, reader, writer, _reply_of_decision(decision))
-            return False
-        if isinstance(decision, ConnectionFault):
-            record(turn, len(body), decision.kind, None)
-            await self._drop(decision, reader, writer)
-            return False
-        record(turn, len(body), "forwarded" if self.upstream else "answered", reply.status)
-        keep = await self._send(conn, writer, reply, close=False, head_only=method == "HEAD")
-        return keep and conn.our_state is h11.DONE and conn.their_state is h11.DONE
-
-    async def _handler_failed(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                              writer: asyncio.StreamWriter, error: Exception, record: Callable[..., None],
-                              turn: int, body_bytes: int) -> None:
-        """Answer a failing handler or middlebox with 502/504/500 (:data:`HANDLER_FAILURES`)."""
-        status, outcome = next((status, outcome) for kind, status, outcome in HANDLER_FAILURES
-                               if isinstance(error, kind))
-        detail = str(error) or type(error).__name__
-        record(turn, body_bytes, outcome, status, detail)
-        await self._fault_reply(conn, reader, writer, _text_reply(status, f"{outcome}: {detail}\n"))
-
-    async def _act_at_head(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter, decision: Respond | ConnectionFault,
-                           record: Callable[..., None], turn: int) -> None:
-        """Carry out a decision taken from the head alone, before the body is in."""
-        if isinstance(decision, Respond):
-            record(turn, 0, "responded", decision.status, "answered at the head")
-            await self._fault_reply(conn, reader, writer, _reply_of_decision(decision))
-            return
-        n_bytes = decision.n_bytes if isinstance(decision, ResetAfter) else 0
-        body = await self._read_body(conn, reader, writer, stop_at=n_bytes)
-        if body is None:
-            record(turn, 0, "client-gone", None)
-            return
-        record(turn, len(body), decision.kind, None, f"dropped after {len(body)} body bytes")
-        await self._drop(decision, reader, writer)
-
-    @property
-    def _head_too_large(self) -> str:
-        return f"request head exceeds max_head_bytes ({self.max_head_bytes}); raise max_head_bytes"
-
-    def _turn(self, head: h11.Request) -> int:
-        value = dict(head.headers).get(TURN_HEADER.encode())
-        if value is None:
-            return self._requests
-        if not value.isdigit() or int(value) < 1:
-            raise _BadRequest(f"{TURN_HEADER} must be a positive integer, got {value.decode('latin-1')!r}")
-        return int(value)
-
-    def _recorder(self, method: str, path: str, content_length: int | None) -> Callable[..., None]:
-        def record(turn: int, body_bytes: int, outcome: str, status: int | None, detail: str = "") -> None:
-            self._record(turn, method, path, body_bytes, outcome, status, detail, content_length)
-
-        return record
-
-    def _record(self, turn: int, method: str, path: str, body_bytes: int, outcome: str,
-                status: int | None, detail: str = "", content_length: int | None = None) -> None:
-        self._records.append(ExchangeRecord(turn, method, path, body_bytes, outcome, status, detail,
-                                            content_length))
-
-    async def _read_body(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                         writer: asyncio.StreamWriter, *, stop_at: int | None = None) -> bytes | None:
-        """The whole body, or its first ``stop_at`` bytes and no more from the socket.
-
-        None if the client left or stalled first; 413 past ``max_body_bytes``.
-        (Body bytes that came in with the head are already read: a ``stop_at``
-        under :data:`HEAD_CHUNK_BYTES` can be passed by what that read held.)
-        """
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            if stop_at is not None and size >= stop_at:
-                return b"".join(chunks)
-            if conn.they_are_waiting_for_100_continue:
-                writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-            max_read = READ_CHUNK_BYTES if stop_at is None else min(READ_CHUNK_BYTES, stop_at - size)
-            try:
-                event = await self._next_event(conn, reader, max_read)
-            except (h11.RemoteProtocolError, ConnectionError, TimeoutError):
-                return None  # closed, reset or stalled mid-body
-            if isinstance(event, h11.EndOfMessage):
-                return b"".join(chunks)
-            if not isinstance(event, h11.Data):
-                return None
-            size += len(event.data)
-            if size > self.max_body_bytes:
-                raise _BadRequest(f"request body exceeds the loopback server's max_body_bytes "
-                                  f"({self.max_body_bytes}); raise max_body_bytes", 413)
-            chunks.append(event.data)
-
-    async def _in_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout(self.handler_timeout_s):
-            return await loop.run_in_executor(self._executor, fn, *args)
-
-    def _answer(self, request: httpx.Request) -> _Reply:
-        """Runs in a worker thread: the upstream URL, the middlebox's upstream or the handler."""
-        if self._client is not None:
-            return self._forward(request)
-        handler = self._handler
-        assert handler is not None  # validated in __init__: no upstream URL means a handler exists
-        response = handler(request)
-        if not isinstance(response, httpx.Response):
-            raise TypeError(f"handler {handler!r} returned {type(response).__name__}, not httpx.Response")
-        return _reply_of(response, self.max_body_bytes)
-
-    def _forward(self, request: httpx.Request) -> _Reply:
-        assert self._client is not None and self.upstream is not None
-        base = httpx.URL(self.upstream)
-        url = base.copy_with(raw_path=base.raw_path.rstrip(b"/") + request.url.raw_path)
-        headers = [(k, v) for k, v in request.headers.raw
-                   if k.lower() not in HOP_BY_HOP_HEADERS | NOT_FORWARDED_HEADERS]
-        try:
-            upstream_request = self._client.build_request(request.method, url, headers=headers,
-                                                          content=request.content)
-            response = self._client.send(upstream_request, stream=True)
-            try:
-                return _reply_of(response, self.max_body_bytes)
-            finally:
-                response.close()
-        except httpx.HTTPError as error:
-            raise _UpstreamError(f"{type(error).__name__} from {self.upstream}: {error}") from error
-
-    # -- writing -------------------------------------------------------------------
-
-    async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, reply: _Reply, *,
-                    close: bool, head_only: bool = False) -> bool:
-        """Write ``reply`` (only its head for a HEAD request); False when the connection must close."""
-        close = close or (b"connection", b"close") in reply.headers
-        headers = [(k, v) for k, v in reply.headers if k.lower() not in HOP_BY_HOP_HEADERS]
-        if reply.status not in NO_BODY_STATUSES:
-            headers.append((b"content-length", str(len(reply.body)).encode()))
-        if close:
-            headers.append((b"connection", b"close"))
-        reason = httpx.codes.get_reason_phrase(reply.status).encode()
-        data = conn.send(h11.Response(status_code=reply.status, headers=headers, reason=reason))
-        if reply.body and not head_only and reply.status not in NO_BODY_STATUSES:
-            data += conn.send(h11.Data(data=reply.body))
-        data += conn.send(h11.EndOfMessage())
-        writer.write(data)
-        async with asyncio.timeout(self.read_timeout_s):
-            await writer.drain()
-        return not close
-
-    async def _fault_reply(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter, reply: _Reply) -> None:
-        """Answer with ``Connection: close``; drain an unread body so the client sees the answer."""
-        try:
-            await self._send(conn, writer, reply, close=True)
-        except h11.LocalProtocolError:
-            return  # the request was too broken to answer
-        if conn.their_state is not h11.DONE and writer.can_write_eof():
-            writer.write_eof()
-            await self._wait_for_eof(reader, LINGER_S)
-
-    async def _drop(self, fault: ConnectionFault, reader: asyncio.StreamReader,
-                    writer: asyncio.StreamWriter) -> None:
-        """Carry out a connection fault for real."""
-        if isinstance(fault, ResetAfter):
-            sock = writer.get_extra_info("socket")
-            if sock is not None:  # SO_LINGER on, timeout 0: close() sends RST instead of FIN
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.transport.abort()
-            return
-        delay_s = getattr(fault, "delay_s", 0.0)
-        if delay_s:  # slow close / idle timeout: silent until the delay or the client gives up
-            await self._wait_for_eof(reader, min(delay_s, self.max_fault_delay_s))
-        writer.close()
-
-    @staticmethod
-    async def _wait_for_eof(reader: asyncio.StreamReader, timeout_s: float) -> None:
-        try:
-            async with asyncio.timeout(timeout_s):
-                while await reader.read(READ_CHUNK_BYTES):
-                    pass
-        except (TimeoutError, ConnectionError):
+            while (head := await conn.next_request()) is not None:
+                try:
+                    body = await conn.read_body()
+                except BodyTooLarge:
+                    limit = ADMIN_LIMITS.max_body_bytes
+                    await conn.fault_reply(json_reply(413, {"error": f"the body is over {limit:,} bytes"}))
+                    return
+                answer = admin.handle(head.method.decode("ascii", "replace"),
+                                      head.target.decode("ascii", "replace"), body)
+                reply = json_reply(answer.status, answer.document, answer.headers)
+                if not await conn.send(reply, close=False) or not conn.reusable:
+                    return
+                conn.h11.start_next_cycle()
+        except h11.RemoteProtocolError as error:
+            await conn.fault_reply(json_reply(error.error_status_hint, {"error": f"malformed HTTP: {error}"}))
+        except (TimeoutError, ConnectionError, ClientGone, ClientTooSlow, h11.ProtocolError,
+                asyncio.CancelledError):
             pass
+        finally:
+            self._admin_conns.discard(task)
+            writer.close()

@@ -15,6 +15,7 @@ __all__ = [
     "HEADER_CAP_PAGE",
     "PAGES_DIR",
     "PageVariant",
+    "TIMEOUT_PAGES",
     "WAF_PAGES",
     "page_text",
 ]
@@ -72,6 +73,18 @@ WAF_PAGES: Mapping[str, PageVariant] = MappingProxyType(
 # The page deliberately carries no WAF vocabulary: only the HTML gives it away.
 BEDROCK_HTML_PAGE = PageVariant("403-corporate-proxy.html", 403, "text/html; charset=utf-8")
 HEADER_CAP_PAGE = PageVariant("431-header-fields.html", 431, "text/html")
+# A gateway's upstream timeout: nginx (proxy_read_timeout), an AWS ALB (idle timeout), and
+# Cloudflare's own 524 after 100 s without an origin answer.
+TIMEOUT_PAGES: Mapping[str, PageVariant] = MappingProxyType(
+    {
+        "nginx": PageVariant("504-nginx.html", 504, "text/html", (("server", "nginx"),)),
+        "aws-alb": PageVariant("504-aws-alb.html", 504, "text/html", (("server", "awselb/2.0"),)),
+        "cloudflare": PageVariant(
+            "524-cloudflare.html", 524, "text/html; charset=UTF-8",
+            (("server", "cloudflare"), ("cf-ray", "${ray_id}-" + CLOUDFLARE_COLO)),
+        ),
+    }
+)
 
 
 @cache

@@ -30,6 +30,9 @@ CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
     "--window-size=1400,1600",
+    # Nothing leaves the machine: Voilà's page links CDN stylesheets (fonts, icons) that a closed
+    # network may leave hanging; every name but the loopback server's fails at once instead.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 )
 SERVER_START_S = 60.0
 RENDER_S = 240.0  # the notebook's cells run before the page is complete (about 20 s on 2 busy cores)
@@ -105,6 +108,7 @@ def chromium(tmp_path: Path) -> Iterator[object]:
 
     options = Options()
     options.binary_location = str(CHROMIUM)
+    options.page_load_strategy = "eager"  # the test waits for the widgets itself, not for every resource
     for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)

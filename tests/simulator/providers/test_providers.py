@@ -436,11 +436,14 @@ def test_a_body_of_the_wrong_shape_gets_a_400_not_a_crash(fmt: str, body: dict[s
     assert provider.last_call.outcome == "invalid_request"
 
 
-def test_streaming_requests_are_refused_clearly() -> None:
-    body = {**user_body("openai-chat"), "stream": True}
-    response = post(MockProvider("openai-chat", context_window=100), body)
-    assert response.status_code == 400
-    assert "does not stream" in response.json()["error"]["message"]
+def test_streaming_requests_get_an_event_stream_and_their_errors_stay_json() -> None:
+    provider = MockProvider("openai-chat", context_window=100, script=["streamed"])
+    streamed = post(provider, {**user_body("openai-chat"), "stream": True})
+    assert streamed.status_code == 200
+    assert streamed.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert streamed.text.endswith("data: [DONE]\n\n")
+    too_long = post(provider, {**user_body("openai-chat", "x" * 1000), "stream": True})
+    assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "context_length_exceeded"
 
 
 # -- context overflow ----------------------------------------------------------------

@@ -211,11 +211,13 @@ def test_json_scenarios_load_too(tmp_path: Path) -> None:
 
 ERRORS: list[tuple[str, str, str]] = [
     ("unknown-kind", VALID.replace('kind = "waf-403-html"', 'kind = "waf"'),
-     "{file}: fault #1: unknown fault kind 'waf'; valid kinds: bedrock-html-403, body-cap, close-after-body, "
-     "header-cap, idle-timeout, rate-limit-429, reset-after, slow-close, waf-403-html"),
+     "{file}: fault #1: unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+     "close-after-body, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, reset-after, "
+     "slow-close, status-page, timeout, waf-403-html"),
     ("missing-kind", VALID.replace('kind = "waf-403-html"\n', ""),
-     "{file}: fault #1: kind is missing; valid kinds: bedrock-html-403, body-cap, close-after-body, "
-     "header-cap, idle-timeout, rate-limit-429, reset-after, slow-close, waf-403-html"),
+     "{file}: fault #1: kind is missing; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+     "close-after-body, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, reset-after, "
+     "slow-close, status-page, timeout, waf-403-html"),
     ("bad-size", VALID.replace('"129KB"', '"lots"'),
      "{file}: fault #1 (waf-403-html): min_bytes must be a size in bytes or a string such as \"128KB\" or "
      "\"1.5MB\", got 'lots'"),
@@ -341,9 +343,10 @@ def test_parse_fault_spec(spec: str, fault: Fault) -> None:
 
 
 SPEC_ERRORS = [
-    ("waf", "fault spec 'waf': unknown fault kind 'waf'; valid kinds: bedrock-html-403, body-cap, "
-            "close-after-body, header-cap, idle-timeout, rate-limit-429, reset-after, slow-close, "
-            "waf-403-html (form KIND[:VALUE...][:key=value...], e.g. body-cap:128KB:nginx)"),
+    ("waf", "fault spec 'waf': unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+            "close-after-body, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, reset-after, "
+            "slow-close, status-page, timeout, waf-403-html (form KIND[:VALUE...][:key=value...], e.g. "
+            "body-cap:128KB:nginx)"),
     ("body-cap", "fault spec 'body-cap' (body-cap): limit is missing, e.g. body-cap:128KB:nginx or "
                  "body-cap:128KB:waf-403-html"),
     ("body-cap:huge", "fault spec 'body-cap:huge' (body-cap): limit must be a size in bytes or a string such "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -371,14 +372,51 @@ def test_slow_handler_is_bounded_by_the_handler_timeout(client: httpx.Client) ->
     assert server.records[0].outcome == "handler-timeout"
 
 
-def test_connections_over_the_limit_get_503(client: httpx.Client) -> None:
+def test_at_the_connection_limit_an_idle_keep_alive_connection_makes_room(client: httpx.Client) -> None:
     with LoopbackServer(echo, max_connections=1) as server:
         with socket.create_connection(("127.0.0.1", server.port), timeout=3.0) as held:
             held.sendall(b"GET /first HTTP/1.1\r\nhost: x\r\n\r\n")
             assert held.recv(65536).startswith(b"HTTP/1.1 200 ")  # answered and kept alive
-            busy = client.get(server.base_url + "/x")
-        assert busy.status_code == 503
-        assert busy.text == "server busy: more than 1 connections\n"
+            served = client.get(server.base_url + "/x")
+            assert held.recv(65536) == b""  # the idle connection was closed to make room
+        assert served.status_code == 200
+        assert server.evicted == 1
+
+
+def test_connections_over_the_limit_get_503_when_every_slot_is_serving_a_request() -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking(request: httpx.Request) -> httpx.Response:
+        entered.set()
+        release.wait(5.0)
+        return httpx.Response(200, text="done")
+
+    with LoopbackServer(blocking, max_connections=1) as server, ThreadPoolExecutor(1) as pool, httpx.Client(
+        trust_env=False, timeout=5.0
+    ) as client:
+        first = pool.submit(client.get, server.base_url + "/first")
+        assert entered.wait(5.0)
+        with httpx.Client(trust_env=False, timeout=5.0) as other:
+            busy = other.get(server.base_url + "/x")
+        release.set()
+        assert first.result(timeout=5.0).text == "done"
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+    assert busy.text == ("server busy: all 1 connections (max_connections) are serving requests; "
+                         "retry shortly\n")
+
+
+def test_at_the_connection_limit_a_connection_stalled_in_its_head_makes_room(client: httpx.Client) -> None:
+    with LoopbackServer(echo, max_connections=2) as server:
+        stalled = [socket.create_connection(("127.0.0.1", server.port), timeout=3.0) for _ in range(2)]
+        for sock in stalled:
+            sock.sendall(b"GET /slow HT")  # never finished
+        time.sleep(2.5)  # well past EVICT_STALLED_AFTER_S (1 s): they now count as stalled
+        served = client.get(server.base_url + "/x")
+        closed = sum(sock.recv(65536) == b"" for sock in stalled[:1])
+        for sock in stalled:
+            sock.close()
+    assert served.status_code == 200
+    assert closed == 1 and server.evicted == 1
 
 
 def test_head_requests_get_headers_without_a_body(client: httpx.Client) -> None:
