@@ -517,7 +517,7 @@ class Session:
         while turn.attempts < self.policy.max_recovery_attempts:
             turn.attempts += 1
             self._recover(failure, turn.attempts, announce=not announced)
-            announced = False
+            announced = True  # one notice per rejected request, however many levels it takes to retry
             self._learn_window(failure)
             retry = self._prologue(turn.max_tokens, cancel)
             if self._known_failure(retry) is None:

@@ -56,6 +56,18 @@ def test_oneshot_prints_notices_to_stderr_and_keeps_stdout_clean(capsys: pytest.
     assert len(sender.requests[1].messages[1].content) < len(LONG_PROMPT)
 
 
+def test_one_rejection_retried_once_prints_one_recovery_notice_whatever_levels_it_took() -> None:
+    # Levels 1 and 2 leave this request unchanged, so the session moves on to level 3 without
+    # sending; the user sees one notice for the one rejection and the one retry.
+    stream = io.StringIO()
+    sender = OverflowOnce("42")
+
+    assert oneshot(sender, LONG_PROMPT, stream=stream) == "42"
+
+    assert len(sender.requests) == 2
+    assert stream.getvalue().splitlines().count(RECOVERY_NOTICE) == 1
+
+
 def test_oneshot_prints_to_the_given_stream() -> None:
     stream = io.StringIO()
 
