@@ -628,7 +628,7 @@ class HistoryCompactor:
         stats.summarizer_input_tokens += run.input_tokens
         stats.summarizer_output_tokens += run.output_tokens
         stats.summarizer_cost_usd += run.cost
-        stats.chars_archived += run.archive.chars
+        stats.count_archived("planned", run.archive.chars)
         report = run.report(result, skipped=skipped, cancelled=cancelled, elapsed=self.clock() - started)
         self.last_report = report
         self.events.emit(PostCompact(run.trigger, "skipped" if skipped else "applied"))

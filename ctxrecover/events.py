@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, TextIO
 
 __all__ = [
@@ -147,6 +147,14 @@ class StderrRenderer:
         print(prefix + event.text, file=stream, flush=True)
 
 
+#: What archived content for a session: planned compaction (auto and /compact), the recovery
+#: ladder, and each pass or step that moves content to the archive (SessionStats.count_archived).
+ARCHIVE_SOURCES: tuple[str, ...] = (
+    "planned", "recovery", "microcompact", "dedup", "tool_budget", "pairing", "skills", "images",
+    "context_editing", "set_aside",
+)
+
+
 @dataclass(slots=True)
 class SessionStats:
     """Counters and costs that persist with a session (see :meth:`to_dict`/:meth:`from_dict`)."""
@@ -165,10 +173,17 @@ class SessionStats:
     summarizer_output_tokens: int = 0
     summarizer_cost_usd: float = 0.0
     cache_rebuilds_expected: int = 0
-    chars_archived: int = 0
+    chars_archived: int = 0  # every source together
+    chars_archived_by_source: dict[str, int] = field(default_factory=dict)  # ARCHIVE_SOURCES → chars
     archive_refusals: int = 0  # cuts abandoned because the archive refused to store them
     provider_input_tokens: int = 0
     provider_output_tokens: int = 0
+
+    def count_archived(self, source: str, chars: int) -> None:
+        """``chars`` newly archived for the session by ``source`` (one of :data:`ARCHIVE_SOURCES`)."""
+        if chars > 0:
+            self.chars_archived += chars
+            self.chars_archived_by_source[source] = self.chars_archived_by_source.get(source, 0) + chars
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -241,7 +241,9 @@ class Session:
         self.events = EventBus(on_event)
         self.stats = stats or SessionStats()
         self.archive = SessionArchive(
-            archive if archive is not None else MemoryArchive(), on_error=self._archive_failed
+            archive if archive is not None else MemoryArchive(),
+            on_error=self._archive_failed,
+            on_archived=lambda source, chars: self.stats.count_archived(source, chars),
         )
         self.mode: Mode = mode
         self.wire_format = WireFormat(getattr(sender, "wire_format", WireFormat.OPENAI_CHAT))
@@ -349,7 +351,8 @@ class Session:
         (:attr:`ContentBlockedError.message_index`); tool-call pairing is kept.
         Returns the archive key of its text.
         """
-        self._history, key = set_aside(self._history, index, archive=self.archive)
+        with self.archive.attributed("set_aside"):
+            self._history, key = set_aside(self._history, index, archive=self.archive)
         return key
 
     def char_budget(self, budget_ratio: float | None = None, *, max_tokens: int | None = None) -> int:
@@ -465,7 +468,8 @@ class Session:
         if failure.kind is FailureKind.MALFORMED_HISTORY:
             # Pairing repair and one retry, never truncation. The outgoing copy is repaired
             # before every send, so a retry only happens when the repair changes the request.
-            self._history, _ = repair_malformed(self._history, self.archive)
+            with self.archive.attributed("pairing"):
+                self._history, _ = repair_malformed(self._history, self.archive)
             retry = self._prologue(turn.max_tokens, cancel)
             if not turn.malformed_retried and retry.messages != request.messages:
                 turn.malformed_retried = True
@@ -698,19 +702,22 @@ class Session:
         """SPEC §3 order: microcompact, dedup, pre-flight, compaction, then the outgoing copy."""
         self.archive.track(LIVE_HISTORY, self._history)  # messages appended in place since
         policy, history = self.policy, self._history
-        history, micro = apply_microcompact(
-            history,
-            archive=self.archive,
-            truncate_turns=policy.microcompact_truncate_turns,
-            summarize_turns=policy.microcompact_summarize_turns,
-            head_chars=policy.microcompact_head_chars,
-            tail_chars=policy.microcompact_tail_chars,
-            min_content=policy.microcompact_min_content,
-        )
+        with self.archive.attributed("microcompact"):
+            history, micro = apply_microcompact(
+                history,
+                archive=self.archive,
+                truncate_turns=policy.microcompact_truncate_turns,
+                summarize_turns=policy.microcompact_summarize_turns,
+                head_chars=policy.microcompact_head_chars,
+                tail_chars=policy.microcompact_tail_chars,
+                min_content=policy.microcompact_min_content,
+            )
         if micro.truncated or micro.summarized:
             self.events.notice("microcompact", micro.notice)
-        history, _ = dedup_repeated_reads(history, archive=self.archive)
-        history, aging = age_skill_blocks(history, archive=self.archive, age_turns=policy.skill_age_turns)
+        with self.archive.attributed("dedup"):
+            history, _ = dedup_repeated_reads(history, archive=self.archive)
+        with self.archive.attributed("skills"):
+            history, aging = age_skill_blocks(history, archive=self.archive, age_turns=policy.skill_age_turns)
         if aging.blocks_archived:
             self.events.notice("skill_aging", aging.notice)
         self._history = history
@@ -744,7 +751,8 @@ class Session:
         if cap and self._size_of(request) > cap:
             # The last resort before a request known to be over the cap: images too large for the
             # gateway, the newest included, go to the archive behind their notes.
-            history, images = archive_images(self._history, archive=self.archive, keep_recent=0)
+            with self.archive.attributed("images"):
+                history, images = archive_images(self._history, archive=self.archive, keep_recent=0)
             if images.images_archived:
                 self.events.notice("images_archived", images.notice)
                 self._history = history
@@ -762,9 +770,10 @@ class Session:
         """Planned compaction to ``budget``; inline images outside the kept messages are archived
         first (so compaction never drops a pixel), which may be enough. True when anything changed."""
         keep = self._keep_recent if keep_recent is None else keep_recent
-        history, images = archive_images(
-            self._history, archive=self.archive, keep_recent=keep, user_first=False
-        )
+        with self.archive.attributed("images"):
+            history, images = archive_images(
+                self._history, archive=self.archive, keep_recent=keep, user_first=False
+            )
         if images.images_archived:
             self.events.notice("images_archived", images.notice)
             self._history = history
@@ -787,16 +796,18 @@ class Session:
         the tool-result budget applied to a copy, never to the history itself."""
         policy = self.policy
         archive = self.archive if archive is None else archive
-        outgoing, _ = repair_pairing(self._history if history is None else history, archive=archive)
-        outgoing, _ = enforce_tool_result_budget(
-            outgoing,
-            archive=archive,
-            turn_budget_chars=self.tool_result_budget_chars,
-            max_result_chars=self.tool_result_max_chars,
-            preview_head=min(policy.tool_result_preview_head, self.tool_result_max_chars // 2),
-            preview_tail=min(policy.tool_result_preview_tail, self.tool_result_max_chars // 8),
-            turn_floor=policy.tool_result_turn_floor,
-        )
+        with self.archive.attributed("pairing"):
+            outgoing, _ = repair_pairing(self._history if history is None else history, archive=archive)
+        with self.archive.attributed("tool_budget"):
+            outgoing, _ = enforce_tool_result_budget(
+                outgoing,
+                archive=archive,
+                turn_budget_chars=self.tool_result_budget_chars,
+                max_result_chars=self.tool_result_max_chars,
+                preview_head=min(policy.tool_result_preview_head, self.tool_result_max_chars // 2),
+                preview_tail=min(policy.tool_result_preview_tail, self.tool_result_max_chars // 8),
+                turn_floor=policy.tool_result_turn_floor,
+            )
         if history is None:  # the model sees the previews' markers: keep them recallable too
             self.archive.track(LIVE_OUTGOING, outgoing)
         headers: dict[str, str] = {}
@@ -828,21 +839,23 @@ class Session:
             tool_result_max_chars=self.tool_result_max_chars,
         )
         payload_notice = failure.is_payload and not self._gateway.payload_notice_sent
-        result = recover(
-            self._history,
-            failure,
-            attempt,
-            ladder=self.ladder,
-            ctx=ctx,
-            events=self.events,
-            before_rewrite=self.compactor.prepare_rewrite,
-            payload_notice=payload_notice,
-            announce=announce,
-        )
+        with self.archive.attributed("recovery"):
+            result = recover(
+                self._history,
+                failure,
+                attempt,
+                ladder=self.ladder,
+                ctx=ctx,
+                events=self.events,
+                before_rewrite=self.compactor.prepare_rewrite,
+                payload_notice=payload_notice,
+                announce=announce,
+            )
         if payload_notice:
             self._gateway = self._gateway.replace(payload_notice_sent=True)
         self.stats.recovery_attempts += 1
         if result.changed:
+            self.stats.compactions += 1  # a recovery rewrite is a compaction (trigger "recovery")
             self.compactor.record_rewrite(result.history)
         else:
             self.compactor.discard_snapshot()
@@ -870,7 +883,10 @@ class Session:
         self.stats.provider_output_tokens += usage.output_tokens
         edited = False
         if self.context_editing:
-            self._history, report = mirror_applied_edits(self._history, response.raw, archive=self.archive)
+            with self.archive.attributed("context_editing"):
+                self._history, report = mirror_applied_edits(
+                    self._history, response.raw, archive=self.archive
+                )
             if report.applied:
                 edited = True
                 self.stats.cache_rebuilds_expected += 1
@@ -915,9 +931,10 @@ class Session:
         """
         budget = self.char_budget(self.policy.manual_budget_ratio)
         keep = 4 if instruction else self._keep_recent
-        self._history, _ = archive_images(
-            self._history, archive=self.archive, keep_recent=keep, user_first=False
-        )
+        with self.archive.attributed("images"):
+            self._history, _ = archive_images(
+                self._history, archive=self.archive, keep_recent=keep, user_first=False
+            )
         result = self.compactor.compact(
             self._history,
             budget_chars=budget,

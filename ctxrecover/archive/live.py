@@ -21,13 +21,18 @@ next ``track`` (the new history pins what it keeps). Stores that evict nothing
 A write the store refuses is passed to ``on_error`` and re-raised; a pin
 change the store could not record is reported once and retried with the next
 change (never raised: the session stays usable while its disk is full).
+
+Writes made inside :meth:`SessionArchive.attributed` are counted for their
+source: ``on_archived(source, chars)`` hears of each content the session had
+not archived before (a byte-stable preview re-archived every turn counts once).
 """
 
 from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -91,6 +96,7 @@ class SessionArchive:
         *,
         owner: str | None = None,
         on_error: Callable[[ArchiveError, Stage], object] | None = None,
+        on_archived: Callable[[str, int], object] | None = None,
     ) -> None:
         self.store: Archive = store.store if isinstance(store, SessionArchive) else store
         self.owner = owner or uuid.uuid4().hex
@@ -99,6 +105,9 @@ class SessionArchive:
         self._put_owner = self.pinning and _takes_owner(self.store.put)
         self._put_keyed_owner = self.pinning and _takes_owner(getattr(self.store, "put_keyed", None))
         self._on_error = on_error
+        self._on_archived = on_archived
+        self._source: str | None = None
+        self._counted: set[str] = set()  # keys already counted for a source
         self._lists: dict[str, _Tracked] = {}
         self._counts: dict[str, int] = {}
         self._to_pin: set[str] = set()
@@ -110,8 +119,11 @@ class SessionArchive:
     # -- the Archive protocol ------------------------------------------------------------
     def put(self, content: str) -> str:
         if self._put_owner:
-            return self._write(lambda: self.store.put(content, owner=self.owner))  # type: ignore[call-arg]
-        return self._write(lambda: self.store.put(content))
+            key = self._write(lambda: self.store.put(content, owner=self.owner))  # type: ignore[call-arg]
+        else:
+            key = self._write(lambda: self.store.put(content))
+        self._counted_write(((key, content),))
+        return key
 
     def put_keyed(self, entries: Sequence[tuple[str, str]]) -> None:
         """Store pre-keyed entries in one step (see :func:`~ctxrecover.archive.put_entries`)."""
@@ -119,6 +131,16 @@ class SessionArchive:
             self._write(lambda: self.store.put_keyed(entries, owner=self.owner))  # type: ignore[attr-defined]
         else:
             self._write(lambda: put_entries(self.store, entries))
+        self._counted_write(entries)
+
+    @contextmanager
+    def attributed(self, source: str) -> Iterator[None]:
+        """Count the writes made inside the block for ``source`` (see ``on_archived``)."""
+        outer, self._source = self._source, source
+        try:
+            yield
+        finally:
+            self._source = outer
 
     def archive(self, content: str) -> str | None:
         return None if has_marker(content) else self.put(content)
@@ -182,6 +204,17 @@ class SessionArchive:
         self._needs_reset = True
 
     # -- internals ----------------------------------------------------------------------
+    def _counted_write(self, entries: Sequence[tuple[str, str]]) -> None:
+        if self._source is None or self._on_archived is None:
+            return
+        fresh = 0
+        for key, content in entries:
+            if key not in self._counted:
+                self._counted.add(key)
+                fresh += len(content)
+        if fresh:
+            self._on_archived(self._source, fresh)
+
     def _write(self, action: Callable[[], _T]) -> _T:
         self._stored_since_pin = True
         try:

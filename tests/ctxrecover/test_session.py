@@ -450,6 +450,46 @@ def test_microcompact_notice_is_emitted_on_a_real_agent_history() -> None:
     assert marker(archive_key(old_read)) in summarized
 
 
+def numbered(path: str, lines: int, tag: str) -> str:
+    body = "\n".join(f"{n:>6}\t{tag} line {n} of {path}" for n in range(1, lines + 1))
+    return f"<<< FILE: {path} >>>\n{body}"
+
+
+def test_every_archive_write_is_counted_by_its_source_and_recoveries_count_as_compactions() -> None:
+    overflow = SendFailed(
+        "HTTP 400", request_bytes=900_000, status=400,
+        body='{"error":{"code":"context_length_exceeded","message":"maximum context length exceeded"}}',
+    )
+    sender = ScriptedSender(answer("first"), overflow, answer("second"), answer("third"))
+    session = Session(sender)
+    read = ToolCall("r1", "read_file", '{"path": "src/big.py"}')
+    reread = ToolCall("r2", "read_file", '{"path": "src/big.py"}')
+    session.extend(
+        [
+            Message.system("agent"),
+            Message.user("Investigate."),
+            Message.assistant("", [read]),
+            Message.tool("r1", numbered("src/big.py", 200, "old")),  # superseded by the re-read: dedup
+            Message.assistant("", [reread]),
+            Message.tool("r2", numbered("src/big.py", 200, "new")),
+            Message.assistant("Read twice.", [ToolCall("log", "run", '{"cmd": "make"}')]),
+            Message.tool("log", "build output line\n" * 2_000),  # 36 000 chars: a tool-budget preview
+        ]
+    )
+    session.complete()
+    for turn in range(4):  # the early results age: microcompact previews and clears them
+        session.add(Message.user(f"step {turn}: " + "context words " * (300 if turn == 1 else 5)))
+        session.complete()
+
+    by_source = session.stats.chars_archived_by_source
+    assert {"dedup", "tool_budget", "microcompact", "recovery"} <= set(by_source), by_source
+    assert all(chars > 0 for chars in by_source.values())
+    assert session.stats.chars_archived == sum(by_source.values())
+    # the byte-stable preview of the build log is re-archived every turn but counted once
+    assert by_source["tool_budget"] < 2 * len("build output line\n" * 2_000)
+    assert session.stats.recovery_attempts >= 1 and session.stats.compactions >= 1
+
+
 # -- planned compaction before the send (SPEC §5, §1.4) ---------------------------------------
 
 

@@ -164,7 +164,7 @@ def test_the_failures_column_counts_truncated_answers(
     argv = ("run", "--scenarios", "max-tokens-truncation", "--no-figures", "--out", str(tmp_path / "run"))
     code, table, _ = run_cli(capsys, *argv)
     assert code == 0
-    (row,) = [line for line in table.splitlines() if line.startswith("max-tokens-truncation")]
+    row = next(line for line in table.splitlines() if line.startswith("max-tokens-truncation"))  # the summary
     attempts = pd.read_csv(tmp_path / "run" / "attempts.csv")
     truncated = int((attempts["outcome"] == "truncated").sum())
     assert truncated == 2 and f"output_truncated={truncated}" in row
@@ -218,7 +218,11 @@ def test_archived_chars_by_source_are_tabled_when_the_stats_break_them_down() ->
         chars_archived_by_source: dict[str, int]
 
     result = replay("chat-50k", "corporate-128k-waf")
-    assert format_archive_sources([result]) is None  # the stats give no breakdown: no table
+    real = format_archive_sources([result])  # SessionStats breaks every archive write down by source
+    breakdown = result.stats.chars_archived_by_source
+    assert real is not None and breakdown and sum(breakdown.values()) == result.stats.chars_archived
+    assert real.splitlines()[0].split() == ["scenario", *sorted(breakdown)]
+    assert format_archive_sources([dataclasses.replace(result, stats=Stats({}))]) is None  # nothing: no table
     split = dataclasses.replace(result, stats=Stats({"planned": 1200, "recovery": 98_000}))
 
     table = format_archive_sources([split])
