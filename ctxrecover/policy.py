@@ -272,7 +272,7 @@ class Policy:
     summary_target_ratio: float = 0.75
     #: Earlier summaries kept as they are may take this share of the budget; beyond it they are
     #: summarized again with the new messages.
-    summaries_budget_fraction: float = 0.25
+    summaries_budget_fraction: float = 0.1
     #: Undo snapshots kept per session.
     undo_depth: int = 5
     #: Content shrinking never cuts a message below this many chars.

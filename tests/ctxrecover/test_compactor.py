@@ -465,8 +465,9 @@ def test_earlier_summaries_are_summarized_again_when_keeping_them_cannot_reach_t
     h = Harness(FakeSummarizer(extractive))
     turns = agent_history(3)
     floor_and_recent = total_weight(turns[:1]) + total_weight(turns[-8:])
-    budget = int(floor_and_recent / 0.8)
-    earlier = earlier_summary(int(budget * 0.22))  # within its 25 % share, but it leaves no room
+    share = DEFAULT_POLICY.summaries_budget_fraction
+    budget = int(floor_and_recent / (1 - share / 2))
+    earlier = earlier_summary(int(budget * share * 0.9))  # within its share, but it leaves no room
     history = [turns[0], earlier, *turns[1:]]
     out = h.compactor.compact(history, budget_chars=budget, keep_recent=8).history
     assert earlier not in out and out[1].summary_of == 44

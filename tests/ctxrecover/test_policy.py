@@ -81,7 +81,7 @@ SEED_DEFAULTS = {
     # Decision (issue 15, P6): a summary keeps earlier summaries as they are and covers what is new
     "summary_scope": "incremental",
     "summary_target_ratio": 0.75,
-    "summaries_budget_fraction": 0.25,
+    "summaries_budget_fraction": 0.1,
     "undo_depth": 5,
     "shrink_min_chars": 400,
     "default_max_tokens": 4096,
