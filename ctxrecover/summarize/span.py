@@ -44,9 +44,8 @@ __all__ = [
 ]
 
 #: A summary is expected to weigh at most this share of what it replaces; a ``target`` span
-#: frees enough that the history still reaches its target with a summary that large. (The
-#: mock extractive summarizer writes 20 %; a summary that comes out larger than expected
-#: and leaves the history over budget is followed by a second, incremental one.)
+#: frees enough that the history still reaches its target with a summary that large (one that
+#: comes out larger and leaves the history over budget is followed by a second, incremental one).
 EXPECTED_SUMMARY_SHARE = 0.25
 
 
