@@ -212,12 +212,12 @@ def test_json_scenarios_load_too(tmp_path: Path) -> None:
 ERRORS: list[tuple[str, str, str]] = [
     ("unknown-kind", VALID.replace('kind = "waf-403-html"', 'kind = "waf"'),
      "{file}: fault #1: unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
-     "close-after-body, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, reset-after, "
-     "slow-close, status-page, timeout, waf-403-html"),
+     "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
+     "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html"),
     ("missing-kind", VALID.replace('kind = "waf-403-html"\n', ""),
      "{file}: fault #1: kind is missing; valid kinds: bandwidth, bedrock-html-403, body-cap, "
-     "close-after-body, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, reset-after, "
-     "slow-close, status-page, timeout, waf-403-html"),
+     "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
+     "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html"),
     ("bad-size", VALID.replace('"129KB"', '"lots"'),
      "{file}: fault #1 (waf-403-html): min_bytes must be a size in bytes or a string such as \"128KB\" or "
      "\"1.5MB\", got 'lots'"),
@@ -344,8 +344,9 @@ def test_parse_fault_spec(spec: str, fault: Fault) -> None:
 
 SPEC_ERRORS = [
     ("waf", "fault spec 'waf': unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
-            "close-after-body, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, reset-after, "
-            "slow-close, status-page, timeout, waf-403-html (form KIND[:VALUE...][:key=value...], e.g. "
+            "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
+            "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html (form "
+            "KIND[:VALUE...][:key=value...], e.g. "
             "body-cap:128KB:nginx)"),
     ("body-cap", "fault spec 'body-cap' (body-cap): limit is missing, e.g. body-cap:128KB:nginx or "
                  "body-cap:128KB:waf-403-html"),
