@@ -69,7 +69,8 @@ class ReplayEvent:
 @dataclass(frozen=True, slots=True)
 class ContentBlock:
     """A content/policy block the replay met (0-based ``turn``): the message it set aside, and the
-    session's learned payload cap when the turn started and right after the block."""
+    session's learned payload cap before the turn's first refusal of the same kind (a misreading of
+    the block as a size limit starts there) and right after the block."""
 
     turn: int
     message_index: int
@@ -218,7 +219,7 @@ class Recorder:
         self.turn, self.attempt = turn, 0
         self.recoveries = self.recovery_level = 0
         self.rejected_keys = set()
-        self.turn_cap = self.session.learned_cap if self.session else None
+        self.turn_cap = self.session.learned_cap if self.session else None  # for a block sent no request
         self.clock = time.perf_counter()
 
     def emit(self, item: Event | AttemptRecord, attempt: int) -> None:
@@ -338,10 +339,20 @@ class Recorder:
         """
         assert self.session is not None
         self.content_blocks.append(
-            ContentBlock(self.turn, error.message_index, self.turn_cap, self.session.learned_cap)
+            ContentBlock(self.turn, error.message_index, self._cap_before(error), self.session.learned_cap)
         )
         self.recoveries = self.recovery_level = 0
         self.in_failure = False
+
+    def _cap_before(self, error: ContentBlockedError) -> int | None:
+        """The learned cap when this turn first sent a request refused like ``error``'s (the turn's
+        start when none was sent): a rejection of another kind on the way (a real 413) may teach a cap."""
+        if self.pending is None:
+            return self.turn_cap
+        kind = self.pending.fields["failure_kind"]
+        attempts = [r.to_row() for r in self.records if r.turn == self.turn] + [self.pending.fields]
+        same = [fields for fields in attempts if fields.get("failure_kind") == kind]
+        return same[0]["learned_cap"] if same else self.turn_cap
 
     def turn_failed(self, error: RecoveryError) -> None:
         """The turn raised: its pending rejection becomes terminal.
