@@ -401,6 +401,8 @@ def observed(result: ReplayResult) -> Observed:
         summarizer_calls=result.summarizer_calls,
         content_blocks=tuple((block.cap_before, block.cap_after) for block in result.content_blocks),
         final_max_tokens=result.records[-1].max_tokens if result.records else None,
+        requests_over_cap=sum(r.learned_cap is not None and r.request_bytes > r.learned_cap
+                              for r in result.records),
         lines=(*result.notices, *result.status_lines, *([result.error] if result.error else [])),
     )
 

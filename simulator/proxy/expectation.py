@@ -26,6 +26,8 @@ field                  the replay must show
 ``content_blocks``     how many content/policy blocks the session met (SPEC §11: a refusal at or below
                        an accepted size), each of which must leave the learned payload cap as it was
 ``final_max_tokens``   the ``max_tokens`` of the last request sent (e.g. lowered to a model's output cap)
+``requests_over_cap``  how many requests were sent above the payload cap the session had learned by then
+                       (a cap it cannot keep, e.g. one below its own system prompt): usually 0
 =====================  ===============================================================================
 
 >>> expect = Expectation("recovered", rejected_requests=(1,), cap_learned=True)
@@ -92,6 +94,7 @@ EXPECT_FIELDS: Mapping[str, str] = MappingProxyType({
     "floor_warning": "whether the floor warning was shown",
     "content_blocks": "content blocks met, each leaving the learned cap as it was",
     "final_max_tokens": "the max_tokens of the last request",
+    "requests_over_cap": "requests sent above the learned payload cap",
 })
 # printf conversions of the SPEC texts (%s, %d, %.1f, %%) and what each stands for in a shown line.
 PLACEHOLDER_RE = re.compile(r"%(?:%|s|d|\.?\d*f)")
@@ -120,7 +123,8 @@ class Observed:
     ``lines`` are the user-visible lines (notices, compaction status lines, the
     error that ended the run); ``summarizer_calls`` what each summarizer call did;
     ``content_blocks`` the learned cap before and after each content block;
-    ``final_max_tokens`` the ``max_tokens`` of the last request.
+    ``final_max_tokens`` the ``max_tokens`` of the last request; ``requests_over_cap`` the
+    requests sent above the payload cap the session had learned when it sent them.
     """
 
     outcome: str
@@ -132,6 +136,7 @@ class Observed:
     lines: tuple[str, ...] = ()
     content_blocks: tuple[tuple[int | None, int | None], ...] = ()
     final_max_tokens: int | None = None
+    requests_over_cap: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +153,7 @@ class Expectation:
     cap_learned: bool | None = None
     content_blocks: int | None = None
     final_max_tokens: int | None = None
+    requests_over_cap: int | None = None
 
     def problems(self, seen: Observed) -> list[str]:
         """How ``seen`` falls short of this expectation, one readable line per unmet field."""
@@ -171,6 +177,9 @@ class Expectation:
         if self.final_max_tokens is not None and seen.final_max_tokens != self.final_max_tokens:
             problems.append(f"last request's max_tokens {seen.final_max_tokens}, "
                             f"expected {self.final_max_tokens}")
+        if self.requests_over_cap is not None and seen.requests_over_cap != self.requests_over_cap:
+            problems.append(f"{seen.requests_over_cap} request(s) sent above the learned payload cap, "
+                            f"expected {self.requests_over_cap}")
         if self.summarizer is not None:
             problems += self._summarizer_problems(seen.summarizer_calls)
         for text in self.notices:
@@ -233,6 +242,7 @@ READERS: Mapping[str, Callable[[object], object]] = MappingProxyType({
 ANNOTATIONS: Mapping[str, str] = MappingProxyType({
     "outcome": "str", "failure_kind": "str", "summarizer": "str", "compaction_level": "int",
     "cap_learned": "bool", "floor_warning": "bool", "content_blocks": "int", "final_max_tokens": "int",
+    "requests_over_cap": "int",
 })
 
 
@@ -255,7 +265,7 @@ def expectation_from_table(table: Mapping[str, Any], where: str) -> Expectation:
             _choice("compaction_level", values["compaction_level"], COMPACTION_LEVELS)
         if "summarizer" in values:
             _choice("summarizer", values["summarizer"], SUMMARIZER_EXPECTATIONS)
-        for name, least in (("content_blocks", 0), ("final_max_tokens", 1)):
+        for name, least in (("content_blocks", 0), ("final_max_tokens", 1), ("requests_over_cap", 0)):
             if name in values and values[name] < least:
                 raise FieldProblem(f"{name} must be an integer >= {least}, got {values[name]}")
     except FieldProblem as exc:

@@ -252,6 +252,19 @@ class ForgetsAcceptedSizes(GatewayModel):
         return self
 
 
+class ThreeQuartersRatchet(GatewayModel):
+    """SPEC §6.1 before §11: ¾ of the smallest rejected size, only ever tightening, whatever passed."""
+
+    __slots__ = ()
+
+    def _retarget(self, policy: Policy) -> GatewayModel:
+        rejected = self.smallest_rejected
+        if rejected is None:
+            return self
+        learned = min(rejected * 3 // 4, self.learned_cap or rejected)
+        return dataclasses.replace(self, learned_cap=learned, assumed_cap=False)
+
+
 class AmbiguityIsTransient(GatewayModel):
     """SPEC §2.4 alone: a reset or a gateway 503 under 500 000 chars is transient however often it repeats."""
 
@@ -291,6 +304,7 @@ def _wrong_classifier(classifier: Callable[..., Failure], name: str) -> Strategy
 
 
 CONTENT_AS_SIZE = _wrong_model(ForgetsAcceptedSizes, "content-as-size")
+RATCHET = _wrong_model(ThreeQuartersRatchet, "three-quarters-ratchet")
 AMBIGUITY_TRANSIENT = _wrong_model(AmbiguityIsTransient, "ambiguity-transient")
 HEADER_AS_BODY = _wrong_classifier(header_fault_as_body_limit, "431-as-413")
 OUTPUT_LIMIT_UNKNOWN = _wrong_classifier(output_limit_not_understood, "output-limit-unknown")
@@ -342,6 +356,7 @@ WRONG = (
           policy=(("max_token_escalations", 0),)),
     Wrong("content blocks read as size limits", lambda scenario: bool(scenario.expect.content_blocks),
           strategy=CONTENT_AS_SIZE),
+    Wrong("the ¾ ratchet", lambda scenario: scenario.expect.requests_over_cap is not None, strategy=RATCHET),
     Wrong("431 read as a body limit", lambda scenario: any(isinstance(f, HeaderCap) for f in scenario.faults),
           strategy=HEADER_AS_BODY),
     Wrong("resets and gateway 503s only transient",
@@ -387,7 +402,7 @@ def test_every_scenario_is_checked_against_its_healthy_twin_and_a_wrong_library_
     # there the fault itself is what the expectation must see (a header fault now has its wrong reading)
     only_the_twin = {name for name, names in applied.items() if len(names) == 1}
     assert only_the_twin == {"rate-limit-429"}
-    gateway_wrongs = {"content blocks read as size limits", "431 read as a body limit",
+    gateway_wrongs = {"content blocks read as size limits", "the ¾ ratchet", "431 read as a body limit",
                       "resets and gateway 503s only transient", "max_tokens error not understood"}
     assert gateway_wrongs <= {name for names in applied.values() for name in names}
 

@@ -36,12 +36,12 @@ def test_every_field_is_read_from_the_table(tmp_path: Path) -> None:
     expect = load(tmp_path, (
         'failure_kind = "waf_rejection"\ncompaction_level = 0\nrejected_requests = [1, 3]\n'
         f'cap_learned = true\nsummarizer = "refused"\nnotices = ["{LEARNED}"]\nfloor_warning = true\n'
-        "content_blocks = 1\nfinal_max_tokens = 8192\n"
+        "content_blocks = 1\nfinal_max_tokens = 8192\nrequests_over_cap = 0\n"
     ))
     assert expect == Expectation(
         "recovered", failure_kind="waf_rejection", compaction_level=0, floor_warning=True,
         summarizer="refused", notices=(LEARNED,), rejected_requests=(1, 3), cap_learned=True,
-        content_blocks=1, final_max_tokens=8192,
+        content_blocks=1, final_max_tokens=8192, requests_over_cap=0,
     )
     assert load(tmp_path, "rejected_requests = []\n").rejected_requests == ()
     assert load(tmp_path, "").rejected_requests is None  # not named: not checked
@@ -50,7 +50,7 @@ def test_every_field_is_read_from_the_table(tmp_path: Path) -> None:
 def test_the_fields_table_documents_every_field() -> None:
     assert list(EXPECT_FIELDS) == [
         "outcome", "failure_kind", "compaction_level", "rejected_requests", "cap_learned", "summarizer",
-        "notices", "floor_warning", "content_blocks", "final_max_tokens",
+        "notices", "floor_warning", "content_blocks", "final_max_tokens", "requests_over_cap",
     ]
     assert set(EXPECT_FIELDS) == {f.name for f in dataclasses.fields(Expectation)}
     doc = expectation_module.__doc__ or ""
@@ -64,7 +64,7 @@ PER_EPISODE = (
 ERRORS = [
     ('notces = ["x"]\n', "[expect] has unknown key 'notces'; valid keys: outcome, failure_kind, "
      "compaction_level, rejected_requests, cap_learned, summarizer, notices, floor_warning, content_blocks, "
-     "final_max_tokens"),
+     "final_max_tokens, requests_over_cap"),
     ('notices = "⚠ Recoverable failure (%s)"\n', "[expect] notices must be a list of texts (SPEC texts, %s "
      "for any value), got '⚠ Recoverable failure (%s)'"),
     ('notices = ["ok", " "]\n', "[expect] notices[1] must be a non-empty text, got ' '"),
@@ -79,6 +79,7 @@ ERRORS = [
     ("content_blocks = -1\n", "[expect] content_blocks must be an integer >= 0, got -1"),
     ('content_blocks = "one"\n', "[expect] content_blocks must be an integer, got 'one'"),
     ("final_max_tokens = 0\n", "[expect] final_max_tokens must be an integer >= 1, got 0"),
+    ("requests_over_cap = -2\n", "[expect] requests_over_cap must be an integer >= 0, got -2"),
     ('failure_kind = "too_big"\n', "[expect] failure_kind must be one of context_overflow, "
      "payload_too_large, waf_rejection, suspected_payload, malformed_history, output_truncated, "
      "output_limit, auth, rate_limit, transient_network, other, ok, got 'too_big'"),
@@ -155,6 +156,7 @@ def test_an_expectation_the_run_meets_has_no_problem() -> None:
     ({"floor_warning": True}, "no floor warning notice"),
     ({"content_blocks": 0}, "1 content block(s), expected 0"),
     ({"final_max_tokens": 8192}, "last request's max_tokens 4096, expected 8192"),
+    ({"requests_over_cap": 2}, "0 request(s) sent above the learned payload cap, expected 2"),
 ])
 def test_each_unmet_field_is_one_readable_problem(changes: dict[str, object], problem: str) -> None:
     expect = dataclasses.replace(Expectation("recovered"), **changes)
