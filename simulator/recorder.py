@@ -77,11 +77,6 @@ class ContentBlock:
     cap_before: int | None
     cap_after: int | None
 
-    @property
-    def cap_changed(self) -> bool:
-        """Whether the block moved the learned cap (SPEC §11: it must not)."""
-        return self.cap_before != self.cap_after
-
 
 def proxy_cap(scenario: Scenario) -> int | None:
     """The smallest body size at which one of the scenario's faults fires, or None when uncapped."""
@@ -334,25 +329,29 @@ class Recorder:
     def content_block(self, error: ContentBlockedError) -> None:
         """The session raised a content block and the replay sets ``error.message_index`` aside.
 
-        The rejection (if this turn sent one) stays pending: another attempt follows. The
-        session undid any compaction a misreading of the block did, so it is not a recovery.
+        The rejection (if this turn sent one) stays pending: another attempt follows. When every
+        refusal of the turn was of the block's kind, the session undid the compaction a misreading
+        of it did, so that is no recovery; a refusal of another kind (a real 413) keeps its own.
         """
         assert self.session is not None
+        refusals = self._turn_refusals()
+        kind = refusals[-1].get("failure_kind") if refusals else None
+        same = [fields for fields in refusals if fields.get("failure_kind") == kind]
+        cap_before = same[0]["learned_cap"] if same else self.turn_cap
         self.content_blocks.append(
-            ContentBlock(self.turn, error.message_index, self._cap_before(error), self.session.learned_cap)
+            ContentBlock(self.turn, error.message_index, cap_before, self.session.learned_cap)
         )
-        self.recoveries = self.recovery_level = 0
+        if len(same) == len(refusals):
+            self.recoveries = self.recovery_level = 0
         self.in_failure = False
 
-    def _cap_before(self, error: ContentBlockedError) -> int | None:
-        """The learned cap when this turn first sent a request refused like ``error``'s (the turn's
-        start when none was sent): a rejection of another kind on the way (a real 413) may teach a cap."""
+    def _turn_refusals(self) -> list[dict[str, Any]]:
+        """The fields of this turn's refused attempts so far, the pending one last (none before a send)."""
         if self.pending is None:
-            return self.turn_cap
-        kind = self.pending.fields["failure_kind"]
-        attempts = [r.to_row() for r in self.records if r.turn == self.turn] + [self.pending.fields]
-        same = [fields for fields in attempts if fields.get("failure_kind") == kind]
-        return same[0]["learned_cap"] if same else self.turn_cap
+            return []
+        earlier = [r.to_row() for r in self.records
+                   if r.turn == self.turn and r.outcome.startswith("rejected:")]
+        return [*earlier, self.pending.fields]
 
     def turn_failed(self, error: RecoveryError) -> None:
         """The turn raised: its pending rejection becomes terminal.

@@ -11,9 +11,9 @@ import pytest
 
 from ctxrecover.archive import extract_keys, recall
 from ctxrecover.errors import ContentBlockedError, HeaderFaultError
-from ctxrecover.events import PreCompact
+from ctxrecover.events import PostCompact, PreCompact
 from ctxrecover.messages import Message
-from ctxrecover.senders import ChatRequest, SendFailed
+from ctxrecover.senders import ChatRequest, ChatResponse, SendFailed, Usage
 from ctxrecover.session import Session
 from simulator.providers.mock import MockProvider
 from simulator.proxy.fault_specs import ScenarioError
@@ -158,6 +158,34 @@ def test_identical_retry_sees_a_resend_that_differs_only_by_fresh_recall_keys() 
     assert recorder.records[-1].identical_retry is False
 
 
+def reject_with(recorder: Recorder, status: int, body: str, size: int) -> None:
+    recorder.before_send(ChatRequest((Message.user("x"),)))
+    recorder.body = b"x" * size
+    recorder.after_failure(SendFailed(str(status), request_bytes=size, status=status, body=body,
+                                      headers={"content-type": "text/html"}))
+
+
+def recover_and_accept(recorder: Recorder) -> str:
+    recorder.before_send(ChatRequest((Message.user("x"),)))
+    recorder.after_success(ChatResponse(Message.assistant("ok"), "stop", False, Usage(1, 1), 10))
+    return recorder.records[-1].outcome
+
+
+@pytest.mark.parametrize(("first_status", "outcome"), [(403, "ok"), (413, "recovered@L1")])
+def test_a_content_block_voids_only_the_recovery_its_misreading_made(first_status: int, outcome: str) -> None:
+    recorder, _ = recorder_with_session()
+    page = "<html><title>Request blocked</title>blocked by the firewall</html>"
+    reject_with(recorder, first_status, page if first_status == 403 else "<html>413</html>", 2_000)
+    recorder.on_library_event(PreCompact("recovery"))
+    recorder.on_library_event(PostCompact("recovery", "applied"))
+    reject_with(recorder, 403, page, 1_000)
+    recorder.content_block(ContentBlockedError("✖ refused", message_index=1))
+
+    # a misread WAF refusal: its compaction was undone; a real 413 first: its recovery stands
+    assert recover_and_accept(recorder) == outcome
+    assert [r.outcome.split(":")[0] for r in recorder.records[:2]] == ["rejected", "rejected"]
+
+
 def test_a_turn_that_fails_before_sending_records_no_attempt() -> None:
     recorder, _ = recorder_with_session()
     recorder.turn_failed(HeaderFaultError("✖ not sent"))  # e.g. a request known to be refused
@@ -245,3 +273,15 @@ def test_a_plant_beyond_the_transcript_or_without_text_is_an_error() -> None:
     with pytest.raises(ScenarioError, match=r"\[workload\] plant_turn needs plant_text"):
         scenario_from_document({"description": "d", "provider": {"format": "anthropic"},
                                 "workload": {"plant_turn": 3}, "expect": {"outcome": "ok"}}, name="x")
+
+
+@pytest.mark.parametrize("name", ["waf-content-block-under-learned-cap", "envoy-503-masks-413"])
+def test_the_new_faults_act_the_same_over_loopback_tcp(name: str) -> None:
+    over_tcp = replay(None, name, transport="loopback")
+    in_process = run(name)
+
+    def shape(result: ReplayResult) -> list[tuple[int, int, int, str]]:
+        return [(r.turn, r.attempt, r.request_bytes, r.outcome) for r in result.records]
+
+    assert shape(over_tcp) == shape(in_process)
+    assert over_tcp.content_blocks == in_process.content_blocks
