@@ -36,9 +36,12 @@ from simulator.proxy.scenario import (
 KB = 1024
 BUNDLED = (
     "anthropic-200k-overflow", "bedrock-window-misconfigured", "cloudflare-waf-403", "corporate-128k-waf",
-    "eof-mid-post-512k",
-    "floor-too-big", "gemini-1m-overflow", "header-431", "max-tokens-truncation", "nginx-1m-413",
-    "openai-128k-overflow", "rate-limit-429", "rst-after-256k", "summarizer-overflows", "summarizer-refuses",
+    "envoy-503-masks-413", "eof-mid-post-512k",
+    "floor-too-big", "gemini-1m-overflow", "header-431", "max-tokens-over-model-cap", "max-tokens-truncation",
+    "nginx-1m-413", "openai-128k-overflow", "rate-limit-429", "rst-after-128k-small-history",
+    "rst-after-256k", "screenshots-128k-waf", "summarizer-overflows", "summarizer-refuses", "tight-cap-1.2x-system-prompt",
+    "tight-cap-1.35x-system-prompt", "tight-cap-1.5x-system-prompt", "waf-content-block-after-large-bodies",
+    "waf-content-block-under-learned-cap",
 )
 
 
@@ -252,15 +255,15 @@ ERRORS: list[tuple[str, str, str]] = [
     ("missing-description", VALID.replace('description = "A test scenario."', ""),
      "{file}: description is missing; add one line saying what the scenario shows"),
     ("bad-outcome", VALID.replace('"recovered"', '"fine"'),
-     "{file}: [expect] outcome must be one of ok, recovered, retried, escalated, no_compaction, "
-     "fail_fast_floor, failed, got 'fine'"),
+     "{file}: [expect] outcome must be one of ok, recovered, retried, escalated, max_tokens_lowered, "
+     "content_blocked, no_compaction, fail_fast_floor, failed, got 'fine'"),
     ("missing-expect", VALID.replace('[expect]\noutcome = "recovered"\n', ""),
      "{file}: [expect] section is missing; it needs outcome = one of ok, recovered, retried, escalated, "
-     "no_compaction, fail_fast_floor, failed"),
+     "max_tokens_lowered, content_blocked, no_compaction, fail_fast_floor, failed"),
     ("bad-failure-kind", VALID + 'failure_kind = "boom"\n',
      "{file}: [expect] failure_kind must be one of context_overflow, payload_too_large, waf_rejection, "
-     "suspected_payload, malformed_history, output_truncated, auth, rate_limit, transient_network, other, "
-     "ok, got 'boom'"),
+     "suspected_payload, malformed_history, output_truncated, output_limit, auth, rate_limit, "
+     "transient_network, other, ok, got 'boom'"),
     ("bad-level", VALID + "compaction_level = 4\n",
      "{file}: [expect] compaction_level must be one of 0, 1, 2, 3, got 4"),
     ("bad-behaviour", VALID + '\n[summarizer]\nbehaviour = "lazy"\n',
