@@ -36,10 +36,10 @@ from simulator.proxy.scenario import (
 KB = 1024
 BUNDLED = (
     "anthropic-200k-overflow", "bedrock-window-misconfigured", "cloudflare-waf-403", "corporate-128k-waf",
-    "envoy-503-masks-413", "eof-mid-post-512k",
-    "floor-too-big", "gemini-1m-overflow", "header-431", "max-tokens-over-model-cap", "max-tokens-truncation",
-    "nginx-1m-413", "openai-128k-overflow", "rate-limit-429", "rst-after-128k-small-history",
-    "rst-after-256k", "screenshots-128k-waf", "summarizer-overflows", "summarizer-refuses", "tight-cap-1.2x-system-prompt",
+    "envoy-503-masks-413", "eof-mid-post-512k", "floor-too-big", "gemini-1m-overflow", "header-431",
+    "max-tokens-over-model-cap", "max-tokens-truncation", "nginx-1m-413", "openai-128k-overflow",
+    "rate-limit-429", "rst-after-128k-small-history", "rst-after-256k", "screenshots-128k-waf",
+    "summarizer-overflows", "summarizer-refuses", "tight-cap-1.2x-system-prompt",
     "tight-cap-1.35x-system-prompt", "tight-cap-1.5x-system-prompt", "waf-content-block-after-large-bodies",
     "waf-content-block-under-learned-cap",
 )
