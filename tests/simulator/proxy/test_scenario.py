@@ -79,6 +79,18 @@ EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
     "summarizer-overflows": ("openai-chat", [], "ok", None),
     "floor-too-big": ("anthropic", ["body-cap"], "fail_fast_floor", "payload_too_large"),
     "rate-limit-429": ("openai-chat", ["rate-limit-429"], "no_compaction", "rate_limit"),
+    # the gateway model's scenarios (issue 10)
+    "envoy-503-masks-413": ("openai-chat", ["upstream-error"], "recovered", "transient_network"),
+    "max-tokens-over-model-cap": ("anthropic", [], "max_tokens_lowered", "output_limit"),
+    "rst-after-128k-small-history": ("anthropic", ["reset-after"], "recovered", "transient_network"),
+    "screenshots-128k-waf": ("anthropic", ["waf-403-html"], "recovered", "waf_rejection"),
+    "tight-cap-1.2x-system-prompt": ("anthropic", ["body-cap"], "recovered", "payload_too_large"),
+    "tight-cap-1.35x-system-prompt": ("openai-chat", ["body-cap"], "recovered", "payload_too_large"),
+    "tight-cap-1.5x-system-prompt": ("bedrock-converse", ["body-cap"], "recovered", "payload_too_large"),
+    "waf-content-block-after-large-bodies": ("anthropic", ["content-match"], "content_blocked",
+                                             "waf_rejection"),
+    "waf-content-block-under-learned-cap": ("anthropic", ["body-cap", "content-match"], "recovered",
+                                            "payload_too_large"),
 }
 
 
