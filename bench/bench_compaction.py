@@ -6,10 +6,10 @@ a few verbatim recalls), then in one run measures
 
 (a) ``json.dumps([m.to_dict() for m in history])`` (median of several), and
 (b) one :meth:`ctxrecover.compactor.HistoryCompactor.compact` that runs every
-    level: trim, a summary from an instant summarizer (a short fixed answer
-    that leaves the recent messages over budget), then emergency truncation
-    and content shrinking (median of several, each on a freshly built history
-    so no size cache is warm),
+    level: trim, a summary from an instant summarizer (a short fixed answer,
+    at a budget it cannot reach), then emergency truncation and content
+    shrinking (median of several, each on a freshly built history so no size
+    cache is warm; the budget is found once by untimed dry runs, ``_budget``),
 
 and reports (b)/(a); the target is ≤ 2. The same ratio at 1, 2, 4, 8 and 16 MB
 (400 messages per MB) shows that compaction grows linearly. Run it with
@@ -111,15 +111,31 @@ def build_history(
 
 
 def _budget(history: list[Message]) -> int:
-    """Half the weight of the recent messages: the summary alone cannot reach it."""
-    return total_weight(history[-KEEP_RECENT:]) // 2
+    """The smallest budget at which Level 2 is attempted, by bisection over untimed dry runs.
+
+    The compactor makes no summarizer call a summary could not pay off (even an empty one
+    would leave the recent messages over budget). At this budget an empty summary would just
+    fit, so the instant summary does not (truncation follows), and the truncation notice, a
+    few dozen chars longer than an empty summary's framing, leaves the history over budget
+    (content shrinking follows): every level runs.
+    """
+    lo, hi = total_weight(history[-KEEP_RECENT:]) // 2, 2 * total_weight(history[-KEEP_RECENT:])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _compact_at(history, mid)[2]["levels"]["summary"]:
+            hi = mid
+        else:
+            lo = mid + 1
+    levels = _compact_at(history, lo)[2]["levels"]
+    if not all(levels.values()):
+        raise RuntimeError(f"no budget runs every compaction level on this history: {levels}")
+    return lo
 
 
-def _compact_once(history: list[Message]) -> tuple[float, dict[str, Any]]:
+def _compact_at(history: list[Message], budget: int) -> tuple[list[Message], float, dict[str, Any]]:
     statuses: list[str] = []
     bus = EventBus(lambda e: statuses.append(e.message) if isinstance(e, StatusEvent) else None)
     compactor = HistoryCompactor(DEFAULT_POLICY, MemoryArchive(), summarizer=InstantSummarizer(), events=bus)
-    budget = _budget(history)
     start = time.perf_counter()
     result = compactor.compact(history, budget_chars=budget, keep_recent=KEEP_RECENT)
     elapsed = time.perf_counter() - start
@@ -130,7 +146,8 @@ def _compact_once(history: list[Message]) -> tuple[float, dict[str, Any]]:
         "emergency": any(s.startswith("✂") for s in statuses),
         "shrink": any(SHRINK_MARK in m.content for m in result.history),
     }
-    return elapsed, {"level": report.level, "reached_budget": report.reached_budget, "levels": levels}
+    return result.history, elapsed, {"level": report.level, "reached_budget": report.reached_budget,
+                                     "levels": levels}
 
 
 def measure(size_bytes: int, messages: int, repeats: int) -> dict[str, Any]:
@@ -140,6 +157,7 @@ def measure(size_bytes: int, messages: int, repeats: int) -> dict[str, Any]:
     a ``gc.collect()``; every compaction gets a freshly built history (cold size caches).
     """
     history = build_history(messages=messages, target_bytes=size_bytes)
+    budget = _budget(build_history(messages=messages, target_bytes=size_bytes))  # the same seeded history
     dumps: list[float] = []
     compactions: list[float] = []
     detail: dict[str, Any] = {}
@@ -150,7 +168,7 @@ def measure(size_bytes: int, messages: int, repeats: int) -> dict[str, Any]:
         dumps.append(time.perf_counter() - start)
         fresh = build_history(messages=messages, target_bytes=size_bytes)
         gc.collect()
-        elapsed, detail = _compact_once(fresh)
+        _, elapsed, detail = _compact_at(fresh, budget)
         compactions.append(elapsed)
     dumps_s, compact_s = statistics.median(dumps), statistics.median(compactions)
     return {

@@ -16,7 +16,10 @@ summary, nothing archived).
   the first rejection is how the cap is discovered).
 - **P6** — summarizer USD per 100 completed turns, default ÷ summarize-everything,
   over the scenarios where both policies end the same way (equal recovery success).
-  Target ≤ 0.5.
+  Target ≤ 0.5. Beside the cost: summarizer calls, chars lost, fact survival (planted
+  facts in the final history or recallable from it) and facts in context (in the final
+  history itself, what the model sees without a recall), and the same figures for each
+  ``Policy.summary_scope`` side by side (``segment`` is the seed's rule).
 
 Deterministic (mock providers and summarizers, fixed seeds). Run it with
 ``python bench/bench_recovery.py``; ``run()`` returns the measures.
@@ -25,14 +28,16 @@ Deterministic (mock providers and summarizers, fixed seeds). Run it with
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ctxrecover.policy import DEFAULT_POLICY, SUMMARY_SCOPES, Policy
 from simulator.proxy.faults import HeaderCap
 from simulator.proxy.scenario import list_scenarios, load_scenario
 from simulator.replay import ReplayResult, replay
 from simulator.research.baselines import BASELINES
 from simulator.research.metrics import episodes
+from simulator.research.retention import fact_survival
 
 PROXY_FAILURES = frozenset({"payload_too_large", "waf_rejection", "suspected_payload"})
 POLICIES = {  # key → baseline name (None: the default policy)
@@ -46,10 +51,12 @@ TARGET_COST_RATIO = 0.5
 TURNS_PER_UNIT = 100
 
 
-def replay_matrix(scenarios: Sequence[str], policy: str | None) -> dict[str, ReplayResult]:
-    """One in-process replay per scenario under the default policy or a named baseline."""
+def replay_matrix(
+    scenarios: Sequence[str], policy: str | None, *, base: Policy = DEFAULT_POLICY
+) -> dict[str, ReplayResult]:
+    """One in-process replay per scenario under ``base`` (the default policy) or a named baseline."""
     strategy = BASELINES[policy] if policy else None
-    return {name: replay(None, load_scenario(name), strategy=strategy) for name in scenarios}
+    return {name: replay(None, load_scenario(name), policy=base, strategy=strategy) for name in scenarios}
 
 
 def _header_capped(result: ReplayResult) -> bool:
@@ -96,7 +103,24 @@ def summarizer_cost(results: dict[str, ReplayResult], scenarios: Sequence[str]) 
         "turns": turns,
         "usd_per_100_turns": cost / turns * TURNS_PER_UNIT if turns else 0.0,
         "chars_lost": sum(results[name].chars_lost for name in scenarios),
+        **_facts(results[name] for name in scenarios),
         "by_scenario": {name: results[name].stats.summarizer_cost_usd for name in scenarios},
+    }
+
+
+def _facts(results: Iterable[ReplayResult]) -> dict[str, Any]:
+    """Planted facts, the share that survives (in the final history or recallable from it) and the
+    share still in context (in the final history itself)."""
+    total = survived = in_context = 0
+    for result in results:
+        facts = result.replayed.facts
+        total += len(facts)
+        survived += round(result.fact_survival * len(facts))
+        in_context += round(fact_survival(facts, result.final_history, None) * len(facts))
+    return {
+        "facts": total,
+        "fact_survival": survived / total if total else 1.0,
+        "facts_in_context": in_context / total if total else 1.0,
     }
 
 
@@ -112,6 +136,12 @@ def run(*, scenarios: Sequence[str] | None = None) -> dict[str, Any]:
         return cost["usd_per_100_turns"] / p6_peer["usd_per_100_turns"] if p6_peer["usd"] else None
 
     ratio = ratio_to_peer(p6_default)
+    scopes = {
+        scope: p6_default if scope == DEFAULT_POLICY.summary_scope else summarizer_cost(
+            replay_matrix(equal, None, base=DEFAULT_POLICY.replace(summary_scope=scope)), equal
+        )
+        for scope in SUMMARY_SCOPES
+    }
     p5 = {key: efficiency(matrix[key]) for key in ("three_quarters", "bisection")}
     p5_ok = all(
         m["rejected_per_episode"] is not None and m["rejected_per_episode"] <= TARGET_REJECTED_PER_EPISODE
@@ -129,6 +159,8 @@ def run(*, scenarios: Sequence[str] | None = None) -> dict[str, Any]:
             "summarize_everything": p6_peer,
             "ratio": ratio,
             "ratio_bisection": ratio_to_peer(p6_bisection),
+            "summary_scope": DEFAULT_POLICY.summary_scope,
+            "by_summary_scope": {scope: {**m, "ratio": ratio_to_peer(m)} for scope, m in scopes.items()},
             "target": TARGET_COST_RATIO,
             "passed": ratio is not None and ratio <= TARGET_COST_RATIO,
         },
@@ -154,7 +186,14 @@ def main() -> int:
     for key in ("default", "bisection", "summarize_everything"):
         m = p6[key]
         print(f"{key:<22} {m['calls']:>3} calls, {m['turns']} turns, ${m['usd_per_100_turns']:.5f} per "
-              f"{TURNS_PER_UNIT} turns, {m['chars_lost']:,} chars lost")
+              f"{TURNS_PER_UNIT} turns, {m['chars_lost']:,} chars lost, facts {m['fact_survival']:.3f} "
+              f"survive / {m['facts_in_context']:.3f} in context (of {m['facts']})")
+    print(f"\nsummary_scope side by side (default: {p6['summary_scope']})")
+    print(f"{'scope':<14}{'calls':>6}{'$/100 turns':>13}{'ratio':>7}{'facts':>7}{'in context':>12}"
+          f"{'lost':>6}")
+    for scope, m in p6["by_summary_scope"].items():
+        print(f"{scope:<14}{m['calls']:>6}{m['usd_per_100_turns']:>13.5f}{m['ratio'] or float('nan'):>7.3f}"
+              f"{m['fact_survival']:>7.3f}{m['facts_in_context']:>12.3f}{m['chars_lost']:>6}")
     ratio = "n/a" if p6["ratio"] is None else f"{p6['ratio']:.2f}"
     print(f"ratio {ratio} (target ≤ {p6['target']}) — {'PASS' if p6['passed'] else 'FAIL'}; "
           f"with bisection cap learning {p6['ratio_bisection'] or float('nan'):.2f}")

@@ -10,8 +10,13 @@ counters — and rewrites a history in up to three levels:
    ``keep_recent`` (cut snapped to a tool-block boundary) become one
    ``user`` summary whose recall marker addresses the archived segment
    (one range entry, recalled as its full transcript);
-   verbatim messages are re-attached after it. Skipped without a summarizer,
-   during back-off, or for a segment under ``policy.summary_min_messages``.
+   verbatim messages are re-attached after it. By default earlier summaries
+   stay as they are and only what came after them is summarized
+   (``policy.summary_scope``, :mod:`ctxrecover.summarize.span`). Skipped without
+   a summarizer, during back-off, for a segment under
+   ``policy.summary_min_messages``, and when even an empty summary could not
+   bring the history under budget (the recent messages alone are too large:
+   truncation would drop the summary again, so no call is made).
 3. **Emergency truncation** (:func:`~ctxrecover.passes.truncate.emergency_truncate`),
    then :func:`~ctxrecover.passes.shrink.shrink_to_budget` if still over.
 
@@ -47,15 +52,11 @@ from ctxrecover.events import EventBus, PostCompact, PreCompact, SessionStats, T
 from ctxrecover.messages import Message
 from ctxrecover.passes.shrink import shrink_to_budget
 from ctxrecover.passes.trim import trim_history
-from ctxrecover.passes.truncate import (
-    VERBATIM_RESULT_HEADER,
-    emergency_truncate,
-    leading_system_count,
-    snap_to_tool_boundary,
-)
+from ctxrecover.passes.truncate import emergency_truncate, leading_system_count
 from ctxrecover.policy import Policy
 from ctxrecover.sizes import format_payload_size, total_weight, weight
 from ctxrecover.summarize import CancelToken, Summarizer, build_prompt, render_segment, summarize_with_gate
+from ctxrecover.summarize.span import assemble, covered, recent_start, split_span, summary_span
 
 __all__ = [
     "CompactionReport",
@@ -82,6 +83,8 @@ STATUS_CANCELLED = "⚠ Compaction cancelled by user"
 # -- texts placed in the history ------------------------------------------------------
 SUMMARY_HEADER = "[STRUCTURED SUMMARY — covering %d earlier messages]\n\n"
 SUMMARY_RECALL_NOTE = "\n\n[full transcript of the summarized segment recoverable via @recall {marker}]"
+# The framing every summary message carries (header and recall note): what even an empty summary weighs.
+SUMMARY_OVERHEAD_CHARS = len(SUMMARY_HEADER % 1) + len(SUMMARY_RECALL_NOTE.format(marker=marker("0" * 16)))
 VERBATIM_AGED_OUT_STUB = (
     "[verbatim {role} message ({chars} chars) aged out of the window — restore it with @recall {marker}]"
 )
@@ -228,46 +231,6 @@ def _unchanged(result: Sequence[Message], source: Sequence[Message]) -> bool:
     return len(result) == len(source) and all(a is b for a, b in zip(result, source, strict=True))
 
 
-def _recent_start(history: Sequence[Message], floor: int, keep_recent: int) -> int:
-    """Index where the last ``keep_recent`` non-system messages start, snapped to a tool block."""
-    start = len(history)
-    remaining = keep_recent
-    while remaining > 0 and start > floor:
-        start -= 1
-        if history[start].role != "system":
-            remaining -= 1
-    return snap_to_tool_boundary(history, start)
-
-
-def _as_user_message(msg: Message) -> Message:
-    """A verbatim tool result re-attached without its call, as a ``user`` message pairing keeps."""
-    header = VERBATIM_RESULT_HEADER.format(id=msg.tool_call_id or "?")
-    return Message.user(header + msg.content, images=msg.images, preserve_verbatim=True, agent_feedback=True)
-
-
-def _reattach(verbatim: list[Message]) -> list[Message]:
-    """Verbatim messages of a summarized segment, in order; a result keeps the ``tool`` role
-    only when its own call was re-attached right before it."""
-    out: list[Message] = []
-    open_calls: set[str] = set()
-    for msg in verbatim:
-        if msg.role == "tool":
-            if msg.tool_call_id in open_calls:
-                open_calls.discard(msg.tool_call_id)
-                out.append(msg)
-            else:
-                out.append(_as_user_message(msg))
-            continue
-        open_calls = {call.id for call in msg.tool_calls}
-        out.append(msg)
-    return out
-
-
-def _covered(messages: Sequence[Message]) -> int:
-    """Messages a summary covers: earlier summaries count for what they covered."""
-    return sum(m.summary_of if m.is_summary and m.summary_of > 0 else 1 for m in messages)
-
-
 def _truncation_keep(history: Sequence[Message], keep_recent: int) -> int:
     """``keep_recent``, or fewer so that the truncated history starts with a user message.
 
@@ -276,7 +239,7 @@ def _truncation_keep(history: Sequence[Message], keep_recent: int) -> int:
     first user message instead (archived, with the notice).
     """
     floor = leading_system_count(history)
-    start = _recent_start(history, floor, keep_recent)
+    start = recent_start(history, floor, keep_recent)
     if any(m.role != "system" and not m.preserve_verbatim for m in history[floor:start]):
         return keep_recent
     first = next((m for m in history[floor:] if m.role != "system"), None)
@@ -469,21 +432,60 @@ class HistoryCompactor:
         cancel: CancelToken | None,
         instruction: str | None,
     ) -> list[Message] | None:
-        """Level 2: the summarized history, or None when skipped or failed."""
+        """Level 2: the summarized history, or None when skipped or failed.
+
+        The span follows ``policy.summary_scope`` (a guided ``/compact`` covers the whole
+        segment). A ``target`` summary that comes out larger than expected and leaves the
+        history over budget is followed by a second one over the rest of the segment.
+        """
         if self.summarizer is None:
             return None
         if self._backoff_remaining > 0 and instruction is None:
             self._backoff_remaining -= 1
             run.backoff_skip = True
             return None
-        floor = leading_system_count(history)
-        start = _recent_start(history, floor, keep_recent)
-        segment = history[floor:start]
-        systems = [m for m in segment if m.role == "system"]
-        verbatim = [m for m in segment if m.role != "system" and m.preserve_verbatim]
-        summarized = [m for m in segment if m.role != "system" and not m.preserve_verbatim]
-        if len(summarized) < self.policy.summary_min_messages:
+        policy = self.policy
+        scope = "segment" if instruction is not None else policy.summary_scope
+        span = summary_span(
+            history,
+            keep_recent=keep_recent,
+            scope=scope,
+            min_messages=policy.summary_min_messages,
+            budget_chars=None if instruction is not None else run.budget,
+            target_chars=int(run.budget * policy.summary_target_ratio),
+            summaries_cap_chars=int(run.budget * policy.summaries_budget_fraction),
+            overhead_chars=SUMMARY_OVERHEAD_CHARS,
+        )
+        if span is None:
             return None
+        result = self._summarize_span(self.summarizer, history, span, run, cancel, instruction)
+        if result is None or scope != "target" or total_weight(result) <= run.budget:
+            return result
+        rest = summary_span(
+            result,
+            keep_recent=keep_recent,
+            scope="incremental",
+            min_messages=policy.summary_min_messages,
+            budget_chars=run.budget,
+            summaries_cap_chars=total_weight(result),  # keep every summary: only the rest is new
+            overhead_chars=SUMMARY_OVERHEAD_CHARS,
+        )
+        if rest is None:
+            return result
+        return self._summarize_span(self.summarizer, result, rest, run, cancel, None) or result
+
+    def _summarize_span(
+        self,
+        summarizer: Summarizer,
+        history: list[Message],
+        span: tuple[int, int],
+        run: CompactionRun,
+        cancel: CancelToken | None,
+        instruction: str | None,
+    ) -> list[Message] | None:
+        """``history`` with ``history[start:end]`` replaced by its summary, or None when it failed."""
+        start, end = span
+        _, summarized, _ = split_span(history[start:end])
         if cancel is not None:
             cancel.raise_if_cancelled()
         self._status("summary", STATUS_SUMMARY)
@@ -491,12 +493,12 @@ class HistoryCompactor:
         segment_text = render_segment(
             summarized,
             archive=run.archive,
-            window_tokens=self.summarizer.window_tokens,
+            window_tokens=summarizer.window_tokens,
             prompt_chars=len(prompt_head),
         )
         try:
             gated = summarize_with_gate(
-                self.summarizer,
+                summarizer,
                 prompt_head + segment_text,
                 total_weight(summarized),
                 retries=self.policy.summarizer_retries,
@@ -513,13 +515,13 @@ class HistoryCompactor:
         if cancel is not None:
             cancel.raise_if_cancelled()
         key = archive_range(run.archive, summarized)
-        covered = _covered(summarized)
+        count = covered(summarized)
         summary = Message.user(
-            SUMMARY_HEADER % covered + gated.text + SUMMARY_RECALL_NOTE.format(marker=marker(key)),
+            SUMMARY_HEADER % count + gated.text + SUMMARY_RECALL_NOTE.format(marker=marker(key)),
             is_summary=True,
-            summary_of=covered,
+            summary_of=count,
         )
-        result = [*history[:floor], *systems, summary, *_reattach(verbatim), *history[start:]]
+        result = assemble(history, start, end, summary)
         self._status(
             "summary_applied",
             STATUS_SUMMARY_APPLIED

@@ -34,6 +34,7 @@ __all__ = [
     "CHAT_POLICY",
     "DEFAULT_POLICY",
     "ENV_VARIABLES",
+    "SUMMARY_SCOPES",
     "ConfigWarning",
     "Policy",
 ]
@@ -65,6 +66,11 @@ ENV_VARIABLES: Mapping[str, str] = MappingProxyType(
 # the midpoint of the two (bisection); or no learned cap at all (a baseline for comparisons).
 CAP_STRATEGIES: tuple[str, ...] = ("three_quarters", "bisection", "none")
 
+# What a Level-2 summary covers (SPEC §5; summarize/span.py): the whole segment, earlier summaries
+# included (the seed's rule); only what came after the earlier summaries; or only the oldest of those
+# messages needed to bring the history down to summary_target_ratio of the budget.
+SUMMARY_SCOPES: tuple[str, ...] = ("segment", "incremental", "target")
+
 # Fractions that must lie in (0, 1].
 RATIO_FIELDS: tuple[str, ...] = (
     "budget_ratio",
@@ -79,6 +85,8 @@ RATIO_FIELDS: tuple[str, ...] = (
     "floor_warning_fraction",
     "preflight_cap_fraction",
     "verbatim_budget_fraction",
+    "summary_target_ratio",
+    "summaries_budget_fraction",
 )
 POSITIVE_FLOAT_FIELDS: tuple[str, ...] = ("chars_per_token", "summarizer_timeout_s")
 
@@ -255,6 +263,16 @@ class Policy:
     summarizer_timeout_s: float = 180.0
     #: Fewer messages in the segment than this → no summary.
     summary_min_messages: int = 4
+    #: What a summary covers: "segment" (everything between the system floor and the recent messages,
+    #: earlier summaries summarized again), "incremental" (earlier summaries kept as they are, only what
+    #: came after them) or "target" (incremental, only the oldest messages needed to reach
+    #: summary_target_ratio of the budget).
+    summary_scope: str = "incremental"
+    #: A "target" summary brings the history down to this share of the budget (hysteresis).
+    summary_target_ratio: float = 0.75
+    #: Earlier summaries kept as they are may take this share of the budget; beyond it they are
+    #: summarized again with the new messages.
+    summaries_budget_fraction: float = 0.1
     #: Undo snapshots kept per session.
     undo_depth: int = 5
     #: Content shrinking never cuts a message below this many chars.
@@ -388,6 +406,10 @@ def _field_problem(name: str, value: object) -> str | None:
         if value not in CAP_STRATEGIES:
             choices = ", ".join(map(repr, CAP_STRATEGIES))
             return f"Policy.cap_strategy must be one of {choices} (got {value!r})"
+    elif name == "summary_scope":
+        if value not in SUMMARY_SCOPES:
+            choices = ", ".join(map(repr, SUMMARY_SCOPES))
+            return f"Policy.summary_scope must be one of {choices} (got {value!r})"
     elif name == "compact_model":
         if value is not None and (not isinstance(value, str) or not COMPACT_MODEL_RE.fullmatch(value)):
             return (

@@ -13,13 +13,17 @@ Conventions (see :data:`simulator.research.metrics.OUTCOMES`):
   at the end of the replay (the final value lands on the last record), by an
   incremental :class:`~simulator.research.ledger.LossLedger` that sees every
   message fed to or produced by the session and every archive write;
-- ``identical_retry`` compares the sha256 of the body with the last rejected body.
+- ``identical_retry`` is true when the body repeats one already rejected on this turn, compared
+  with recall keys normalised (:func:`ctxrecover.recovery.body_key`): a resend that differs
+  only by fresh ``<<ccr:…>>`` keys is the same request;
+- a content block the replay answers by setting the refused message aside
+  (:meth:`Recorder.content_block`) leaves the rejection pending as ``rejected:<kind>``, and the
+  compaction a misreading of it did (undone by the session) is not counted as a recovery.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -29,9 +33,10 @@ from typing import Any
 
 from ctxrecover.archive import MemoryArchive
 from ctxrecover.classify import classify
-from ctxrecover.errors import PayloadFloorError, RecoveryError
+from ctxrecover.errors import ContentBlockedError, PayloadFloorError, RecoveryError
 from ctxrecover.events import Event, Notice, PostCompact, PreCompact, SessionStats, StatusEvent
 from ctxrecover.messages import Message
+from ctxrecover.recovery import body_key
 from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
@@ -41,7 +46,7 @@ from simulator.proxy.scenario import Scenario
 from simulator.research.ledger import Losses, LossLedger
 from simulator.research.metrics import AttemptRecord
 
-__all__ = ["CountingArchive", "Recorder", "ReplayEvent", "ReplaySender", "proxy_cap"]
+__all__ = ["ContentBlock", "CountingArchive", "Recorder", "ReplayEvent", "ReplaySender", "proxy_cap"]
 
 
 # Compaction status phases → the level they reach (ctxrecover.compactor).
@@ -59,6 +64,18 @@ class ReplayEvent:
     turn: int
     attempt: int
     item: Event | AttemptRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ContentBlock:
+    """A content/policy block the replay met (0-based ``turn``): the message it set aside, and the
+    session's learned payload cap before the turn's first refusal of the same kind (a misreading of
+    the block as a size limit starts there) and right after the block."""
+
+    turn: int
+    message_index: int
+    cap_before: int | None
+    cap_after: int | None
 
 
 def proxy_cap(scenario: Scenario) -> int | None:
@@ -161,7 +178,10 @@ class Recorder:
         self.phase_level = 0
         self.recoveries = 0
         self.recovery_level = 0
-        self.rejected_hash: str | None = None
+        self.rejected_keys: set[str] = set()  # body keys rejected on this turn
+        self.turn_cap: int | None = None
+        self.content_blocks: list[ContentBlock] = []
+        self.failed_attempts = 0  # requests the turn that ended the replay had sent
         self.lost = 0
         self.ledger = LossLedger(archive, track_writes=True)
         archive.on_write = self.ledger.archived
@@ -193,6 +213,8 @@ class Recorder:
     def start_turn(self, turn: int) -> None:
         self.turn, self.attempt = turn, 0
         self.recoveries = self.recovery_level = 0
+        self.rejected_keys = set()
+        self.turn_cap = self.session.learned_cap if self.session else None  # for a block sent no request
         self.clock = time.perf_counter()
 
     def emit(self, item: Event | AttemptRecord, attempt: int) -> None:
@@ -289,9 +311,9 @@ class Recorder:
     def after_failure(self, error: SendFailed) -> None:
         assert self.session is not None
         fields = self._common()
-        digest = hashlib.sha256(self.body).hexdigest()
-        fields["identical_retry"] = digest == self.rejected_hash
-        self.rejected_hash = digest
+        key = body_key(self.body)
+        fields["identical_retry"] = key in self.rejected_keys
+        self.rejected_keys.add(key)
         failure = classify(error, request_bytes=error.request_bytes,
                            history_chars=total_weight(self.session.history))
         fields["failure_kind"] = failure.kind.value
@@ -304,10 +326,42 @@ class Recorder:
         notices = pending.notices + ([extra_notice] if extra_notice else [])
         self._record(pending.fields, notices, outcome)
 
-    def turn_failed(self, error: RecoveryError) -> None:
-        """The turn raised: its pending rejection becomes terminal."""
+    def content_block(self, error: ContentBlockedError) -> None:
+        """The session raised a content block and the replay sets ``error.message_index`` aside.
+
+        The rejection (if this turn sent one) stays pending: another attempt follows. When every
+        refusal of the turn was of the block's kind, the session undid the compaction a misreading
+        of it did, so that is no recovery; a refusal of another kind (a real 413) keeps its own.
+        """
+        assert self.session is not None
+        refusals = self._turn_refusals()
+        kind = refusals[-1].get("failure_kind") if refusals else None
+        same = [fields for fields in refusals if fields.get("failure_kind") == kind]
+        cap_before = same[0]["learned_cap"] if same else self.turn_cap
+        self.content_blocks.append(
+            ContentBlock(self.turn, error.message_index, cap_before, self.session.learned_cap)
+        )
+        if len(same) == len(refusals):
+            self.recoveries = self.recovery_level = 0
+        self.in_failure = False
+
+    def _turn_refusals(self) -> list[dict[str, Any]]:
+        """The fields of this turn's refused attempts so far, the pending one last (none before a send)."""
         if self.pending is None:
-            raise error  # a RecoveryError without a rejected attempt is a library bug
+            return []
+        earlier = [r.to_row() for r in self.records
+                   if r.turn == self.turn and r.outcome.startswith("rejected:")]
+        return [*earlier, self.pending.fields]
+
+    def turn_failed(self, error: RecoveryError) -> None:
+        """The turn raised: its pending rejection becomes terminal.
+
+        A turn may also fail before it sends anything (a request the session knows would be
+        refused is never sent): then there is no attempt to record.
+        """
+        self.failed_attempts = self.attempt
+        if self.pending is None:
+            return
         if error.failure is not None:
             self.pending.fields["failure_kind"] = error.failure.kind.value
         if isinstance(error, PayloadFloorError):

@@ -19,7 +19,11 @@ transcript is replayed, shaped by the workload (:mod:`simulator.workloads`).
 A turn that raises a :class:`~ctxrecover.errors.RecoveryError` ends the replay:
 without that reply the recorded conversation cannot go on. Its last record reads
 ``failed`` or ``fail_fast_floor``, and :attr:`ReplayResult.outcome` says how the
-run ended, in the terms of :data:`simulator.proxy.scenario.OUTCOMES`.
+run ended, in the terms of :data:`simulator.proxy.scenario.OUTCOMES`. One error is
+answered as the library documents: a :class:`~ctxrecover.errors.ContentBlockedError`
+(the gateway refused a message's content, not the request's size) makes the replay
+set that message aside (:meth:`Session.set_aside <ctxrecover.session.Session.set_aside>`:
+archived whole, recallable) and ask for the turn again, once per message.
 
 Deterministic: the same inputs and seed give the same records, except
 ``elapsed_ms`` (wall time).
@@ -39,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ctxrecover.archive import MemoryArchive
-from ctxrecover.errors import PayloadFloorError, RecoveryError, RecoveryExhausted
+from ctxrecover.errors import ContentBlockedError, PayloadFloorError, RecoveryError, RecoveryExhausted
 from ctxrecover.events import EventBus, SessionStats, StatusEvent
 from ctxrecover.messages import Message
 from ctxrecover.policy import DEFAULT_POLICY, Policy
@@ -60,7 +64,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from simulator.research.baselines import Strategy
-from simulator.recorder import CountingArchive, Recorder, ReplayEvent, ReplaySender, proxy_cap
+from simulator.recorder import ContentBlock, CountingArchive, Recorder, ReplayEvent, ReplaySender, proxy_cap
 from simulator.workloads import (
     ReplayError,
     Turn,
@@ -93,7 +97,8 @@ class ReplayResult:
     answer kept after the escalations ran out). ``learned_cap`` is the session's
     payload cap at the end (None when it never learned one); ``summarizer_calls``
     what each call of the mock summarizer did
-    (:data:`simulator.summarizers.CALL_OUTCOMES`).
+    (:data:`simulator.summarizers.CALL_OUTCOMES`). ``content_blocks`` are the content
+    blocks the replay met and answered by setting the refused message aside.
     """
 
     run_id: str
@@ -120,6 +125,7 @@ class ReplayResult:
     summarizer_calls: tuple[str, ...] = ()
     divergences: int = 0
     error: str | None = None
+    content_blocks: tuple[ContentBlock, ...] = ()
 
     @cached_property
     def frame(self) -> pd.DataFrame:
@@ -183,17 +189,21 @@ def _same_reply(recorded: Message, produced: Message) -> bool:
     return recorded.content == produced.content and calls(recorded) == calls(produced)
 
 
-def _run_outcome(records: Sequence[AttemptRecord], stats: SessionStats, error: RecoveryError | None) -> str:
+def _run_outcome(records: Sequence[AttemptRecord], stats: SessionStats, error: RecoveryError | None,
+                 recorder: Recorder) -> str:
     if isinstance(error, PayloadFloorError):
         return "fail_fast_floor"
     if error is not None:
-        turn = records[-1].turn
-        spent = sum(r.turn == turn for r in records) > 1
+        spent = recorder.failed_attempts > 1
         return "failed" if spent or isinstance(error, RecoveryExhausted) else "no_compaction"
     if any(r.outcome.startswith("recovered@") for r in records):
         return "recovered"
+    if recorder.content_blocks:
+        return "content_blocked"
     if stats.escalations:
         return "escalated"
+    if any(r.outcome == "rejected:output_limit" for r in records):
+        return "max_tokens_lowered"
     if any(r.outcome.startswith("rejected:") for r in records):
         return "retried"
     return "ok"
@@ -315,10 +325,11 @@ def replay(
         archive=archive, stats=dataclasses.replace(session.stats), chars_lost=recorder.lost,
         losses=recorder.losses,
         fact_survival=fact_survival(shaped.facts, final, archive),
-        outcome=_run_outcome(records, session.stats, error), turns=len(turns), turns_completed=completed,
-        learned_cap=session.learned_cap,
+        outcome=_run_outcome(records, session.stats, error, recorder), turns=len(turns),
+        turns_completed=completed, learned_cap=session.learned_cap,
         summarizer_calls=tuple(call.outcome for call in getattr(summarizer, "calls", ())),
         divergences=divergences, error=None if error is None else str(error),
+        content_blocks=tuple(recorder.content_blocks),
     )
 
 
@@ -351,7 +362,7 @@ def _drive(session: Session, recorder: Recorder, script: _Script, turns: list[Tu
         feed(turn.inputs)
         script.reply = _reply_of(turn.reply)
         try:
-            produced = session.complete()
+            produced = _complete(session, recorder)
         except RecoveryError as error:
             recorder.turn_failed(error)
             return error, index, divergences
@@ -364,6 +375,20 @@ def _drive(session: Session, recorder: Recorder, script: _Script, turns: list[Tu
     return None, len(turns), divergences
 
 
+def _complete(session: Session, recorder: Recorder) -> Message:
+    """``session.complete()``, setting aside each message a content block names (once per message)."""
+    set_aside: set[int] = set()
+    while True:
+        try:
+            return session.complete()
+        except ContentBlockedError as error:
+            if error.message_index < 0 or error.message_index in set_aside:
+                raise
+            recorder.content_block(error)
+            session.set_aside(error.message_index)
+            set_aside.add(error.message_index)
+
+
 def observed(result: ReplayResult) -> Observed:
     """What ``result`` showed, in the terms of a scenario's ``[expect]`` table."""
     per_episode = episodes(result.frame)["rejected_requests"] if result.records else ()
@@ -374,6 +399,10 @@ def observed(result: ReplayResult) -> Observed:
         rejected_requests=tuple(int(n) for n in per_episode),
         learned_cap=result.learned_cap,
         summarizer_calls=result.summarizer_calls,
+        content_blocks=tuple((block.cap_before, block.cap_after) for block in result.content_blocks),
+        final_max_tokens=result.records[-1].max_tokens if result.records else None,
+        requests_over_cap=sum(r.learned_cap is not None and r.request_bytes > r.learned_cap
+                              for r in result.records),
         lines=(*result.notices, *result.status_lines, *([result.error] if result.error else [])),
     )
 

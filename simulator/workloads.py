@@ -6,7 +6,9 @@ Without a transcript, the scenario's own ``[workload]`` transcript is replayed
 (one per supported foreign format), so a replay gives the same result on every
 checkout and install. The workload also shapes any transcript: it pads
 the system prompt to ``system_prompt_bytes`` and every recorded reply to
-``reply_tokens`` (deterministic filler). Assistant messages with neither text nor
+``reply_tokens`` (deterministic filler), and puts ``plant_text`` at the head of the
+newest message fed before turn ``plant_turn`` (content a gateway's content rule
+matches: an SQL fragment in a tool result, say). Assistant messages with neither text nor
 tool calls are skipped (no provider accepts them in a history); an assistant
 message right after another one is appended to the previous turn rather than
 requested (a request may not end with an assistant message).
@@ -63,6 +65,7 @@ SYSTEM_FILLER_HEADER = "\n\n# Tool documentation (MCP servers, skills, personas)
 SYSTEM_FILLER_LINE = "- tool {index:05d}: parameters, usage notes and examples for this MCP tool.\n"
 REPLY_FILLER_HEADER = "\n\nDetails:\n"
 REPLY_FILLER_LINE = "- note {index:04d}: what was checked, what it showed and what comes next.\n"
+PLANT_SEPARATOR = "\n"
 TRANSCRIPT_SUFFIXES: tuple[str, ...] = ("", ".jsonl", ".json", ".traj")
 CHARS_PER_TOKEN = 4  # the mock providers' estimate (simulator.providers.mock.estimate_tokens)
 
@@ -178,11 +181,18 @@ def shape_transcript(transcript: Transcript, scenario: Scenario) -> Transcript:
 
     ``system_prompt_bytes`` pads the leading system message (inserted when absent)
     until its UTF-8 content is that large; ``reply_tokens`` pads every assistant
-    reply with text until its output is about that many tokens.
+    reply with text until its output is about that many tokens; ``plant_text`` goes at
+    the head of the last message before the ``plant_turn``-th reply (1-based), on a line
+    of its own. A ``plant_turn`` the transcript does not reach is a :class:`ReplayError`.
     """
     workload = scenario.workload
     messages = list(transcript.messages)
     changed = False
+    if workload.plant_text:
+        index = _plant_index(messages, workload.plant_turn or 1, scenario.name)
+        planted = messages[index]
+        messages[index] = planted.with_content(workload.plant_text + PLANT_SEPARATOR + planted.content)
+        changed = True
     if workload.system_prompt_bytes:
         has_system = bool(messages) and messages[0].role == "system"
         system = messages[0] if has_system else Message.system("You are a helpful agent.")
@@ -208,6 +218,18 @@ def shape_transcript(transcript: Transcript, scenario: Scenario) -> Transcript:
     offset = len(messages) - len(transcript.messages)
     facts = tuple(dataclasses.replace(f, message_index=f.message_index + offset) for f in transcript.facts)
     return dataclasses.replace(transcript, messages=tuple(messages), facts=facts)
+
+
+def _plant_index(messages: Sequence[Message], turn: int, scenario: str) -> int:
+    """The index of the newest message fed before the ``turn``-th reply (as :func:`split_turns` counts)."""
+    turns, _ = split_turns(messages)
+    if turn > len(turns):
+        raise ReplayError(
+            f"scenario {scenario!r}: [workload] plant_turn {turn} is beyond the transcript's "
+            f"{len(turns)} turns"
+        )
+    newest = turns[turn - 1].inputs[-1]
+    return max(i for i, msg in enumerate(messages) if msg is newest)
 
 
 def _speaks(msg: Message) -> bool:

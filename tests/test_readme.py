@@ -20,7 +20,7 @@ from simulator.cli import build_parser, main, policy_from_spec
 from simulator.cli.common import EXIT_EXPECTATION_MISSED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from simulator.proxy.fault_specs import parse_fault_spec
 from simulator.proxy.faults import FAULT_KINDS
-from simulator.proxy.pages import BODY_CAP_PAGES, WAF_PAGES
+from simulator.proxy.pages import BODY_CAP_PAGES, UPSTREAM_ERROR_PAGES, WAF_PAGES
 from simulator.proxy.scenario import load_scenario
 from simulator.workloads import find_transcript
 
@@ -152,13 +152,15 @@ def test_the_fault_table_documents_every_fault_kind_with_an_example_that_parses(
         assert parse_fault_spec(example.strip("`")).kind == kind
 
 
-@pytest.mark.parametrize(("kind", "pages"), [("body-cap", BODY_CAP_PAGES), ("waf-403-html", WAF_PAGES)])
+@pytest.mark.parametrize(("kind", "pages"), [
+    ("body-cap", BODY_CAP_PAGES), ("waf-403-html", WAF_PAGES), ("upstream-error", UPSTREAM_ERROR_PAGES),
+])
 def test_the_page_names_in_the_fault_table_are_the_pages_the_code_serves(kind: str, pages: object) -> None:
     (what,) = [what for row_kind, _example, what in fault_rows() if row_kind == kind]
     named = [name for name in re.findall(r"`([a-z0-9-]+)`", what) if name not in FAULT_KINDS]
     assert sorted(named) == sorted(pages)  # type: ignore[call-overload]
     for name in named:
-        spec = f"body-cap:128KB:{name}" if kind == "body-cap" else f"waf-403-html:{name}"
+        spec = f"body-cap:128KB:{name}" if kind == "body-cap" else f"{kind}:{name}"
         parse_fault_spec(spec)
 
 

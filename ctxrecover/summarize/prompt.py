@@ -2,8 +2,8 @@
 
 The segment is budgeted against the *summarizer's* window, not the agent's:
 half of it (floor 20 000 chars) minus the prompt, split max-min fairly between
-messages. A ``<<ccr:KEY>>`` stub is rendered as its archived original when the
-original fits its share.
+messages. A ``<<ccr:KEY>>`` stub (a message holding less than half of its archived
+original) is rendered as that original when the original fits its share.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ TRUNCATION_SEPARATOR = "\n... [truncated for summarization] ...\n"
 LINE_TEMPLATE = "[{role}]: {content}\n\n"
 TOOL_CALLS_TEMPLATE = "\n[tool_calls: {names}]"
 DEFAULT_CHARS_PER_TOKEN = 4.0
+# A message is a stub, restored from its archived original for the summarizer, when it holds less
+# than this share of that original (a one-line "cleared" note, a 5 KB preview of a 40 KB result). A
+# head-and-tail cut that kept more (recovery Level 1 keeps 5 000 chars of a long answer) is read as it
+# is: restoring it would pay for the whole original to learn the part the cut left out.
+STUB_MAX_SHARE = 0.5
 
 # -- prompt ----------------------------------------------------------------------------
 SUMMARY_PROMPT = """You are a precise, factual note-taker. Extract only facts that are stated in the \
@@ -108,12 +113,14 @@ def _fair_shares(demands: Sequence[int], budget: int) -> list[int]:
 
 
 def _archived_original(content: str, archive: Archive | None) -> str | None:
-    """The original a stub was folded from: the first marker whose entry is longer than the stub."""
+    """The original a stub was folded from: the first marker whose entry is over
+    ``1 / STUB_MAX_SHARE`` times as long as the message (a cut that still holds most of its
+    original is read as it is)."""
     if archive is None:
         return None
     for key in extract_keys(content):
         original = archive.get(key)
-        if original is not None and len(original) > len(content):
+        if original is not None and len(content) < len(original) * STUB_MAX_SHARE:
             return original
     return None
 
@@ -144,7 +151,8 @@ def render_segment(
     message folded into a ``<<ccr:KEY>>`` stub is restored from ``archive`` when the
     original fits its share; a longer text keeps head and tail 3:1 around
     ``\\n... [truncated for summarization] ...\\n``. The total stays within the
-    budget unless the 600-char floor makes that impossible. Input is not mutated.
+    budget unless the 600-char floor makes that impossible. A message that holds half of
+    its original or more (a head-and-tail cut) is read as it is. Input is not mutated.
     """
     budget = summary_input_budget(window_tokens, prompt_chars, chars_per_token)
     if not segment:

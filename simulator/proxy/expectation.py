@@ -23,6 +23,11 @@ field                  the replay must show
                        where ``%s`` stands for any text, ``%d`` for an integer, ``%.1f`` for a number
                        and ``%%`` for ``%`` — so a prefix is written ``"PREFIX%s"``
 ``floor_warning``      true: the floor warning (``⚠ System prompt alone is …``) was shown
+``content_blocks``     how many content/policy blocks the session met (SPEC §11: a refusal at or below
+                       an accepted size), each of which must leave the learned payload cap as it was
+``final_max_tokens``   the ``max_tokens`` of the last request sent (e.g. lowered to a model's output cap)
+``requests_over_cap``  how many requests were sent above the payload cap the session had learned by then
+                       (a cap it cannot keep, e.g. one below its own system prompt): usually 0
 =====================  ===============================================================================
 
 >>> expect = Expectation("recovered", rejected_requests=(1,), cap_learned=True)
@@ -63,6 +68,8 @@ OUTCOMES: tuple[str, ...] = (
     "recovered",        # a rejection was recovered by compaction and the run completed
     "retried",          # a failure was resolved by a plain retry, without compaction
     "escalated",        # output truncation was handled by max-token escalation
+    "max_tokens_lowered",  # a 400 said max_tokens is over the model's cap: lowered, resent, no compaction
+    "content_blocked",  # a content/policy block: cap and history kept, the refused message set aside, run on
     "no_compaction",    # the failure surfaced to the caller and the history was not compacted
     "fail_fast_floor",  # the system prompt alone is over the limit: failed without spending attempts
     "failed",           # every recovery attempt was spent; the error surfaced with the history intact
@@ -70,7 +77,7 @@ OUTCOMES: tuple[str, ...] = (
 # The classify kinds of SPEC §2.
 FAILURE_KINDS: tuple[str, ...] = (
     "context_overflow", "payload_too_large", "waf_rejection", "suspected_payload", "malformed_history",
-    "output_truncated", "auth", "rate_limit", "transient_network", "other", "ok",
+    "output_truncated", "output_limit", "auth", "rate_limit", "transient_network", "other", "ok",
 )
 SUMMARIZER_EXPECTATIONS: tuple[str, ...] = ("unused", *CALL_OUTCOMES)
 COMPACTION_LEVELS: tuple[int, ...] = (0, 1, 2, 3)
@@ -85,6 +92,9 @@ EXPECT_FIELDS: Mapping[str, str] = MappingProxyType({
     "summarizer": "what the summarizer did",
     "notices": "lines the user must see",
     "floor_warning": "whether the floor warning was shown",
+    "content_blocks": "content blocks met, each leaving the learned cap as it was",
+    "final_max_tokens": "the max_tokens of the last request",
+    "requests_over_cap": "requests sent above the learned payload cap",
 })
 # printf conversions of the SPEC texts (%s, %d, %.1f, %%) and what each stands for in a shown line.
 PLACEHOLDER_RE = re.compile(r"%(?:%|s|d|\.?\d*f)")
@@ -111,7 +121,10 @@ class Observed:
     """What a run showed, in the terms of an expectation (:func:`simulator.replay.expectation_problems`).
 
     ``lines`` are the user-visible lines (notices, compaction status lines, the
-    error that ended the run); ``summarizer_calls`` what each summarizer call did.
+    error that ended the run); ``summarizer_calls`` what each summarizer call did;
+    ``content_blocks`` the learned cap before and after each content block;
+    ``final_max_tokens`` the ``max_tokens`` of the last request; ``requests_over_cap`` the
+    requests sent above the payload cap the session had learned when it sent them.
     """
 
     outcome: str
@@ -121,6 +134,9 @@ class Observed:
     learned_cap: int | None = None
     summarizer_calls: tuple[str, ...] = ()
     lines: tuple[str, ...] = ()
+    content_blocks: tuple[tuple[int | None, int | None], ...] = ()
+    final_max_tokens: int | None = None
+    requests_over_cap: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +151,9 @@ class Expectation:
     notices: tuple[str, ...] = ()
     rejected_requests: tuple[int, ...] | None = None
     cap_learned: bool | None = None
+    content_blocks: int | None = None
+    final_max_tokens: int | None = None
+    requests_over_cap: int | None = None
 
     def problems(self, seen: Observed) -> list[str]:
         """How ``seen`` falls short of this expectation, one readable line per unmet field."""
@@ -153,6 +172,14 @@ class Expectation:
         if self.cap_learned is not None and (seen.learned_cap is not None) != self.cap_learned:
             problems.append(f"payload cap learned ({seen.learned_cap:,} bytes), expected none"
                             if seen.learned_cap is not None else "no payload cap learned, expected one")
+        if self.content_blocks is not None:
+            problems += self._content_block_problems(seen.content_blocks)
+        if self.final_max_tokens is not None and seen.final_max_tokens != self.final_max_tokens:
+            problems.append(f"last request's max_tokens {seen.final_max_tokens}, "
+                            f"expected {self.final_max_tokens}")
+        if self.requests_over_cap is not None and seen.requests_over_cap != self.requests_over_cap:
+            problems.append(f"{seen.requests_over_cap} request(s) sent above the learned payload cap, "
+                            f"expected {self.requests_over_cap}")
         if self.summarizer is not None:
             problems += self._summarizer_problems(seen.summarizer_calls)
         for text in self.notices:
@@ -162,6 +189,14 @@ class Expectation:
             problems.append("no floor warning notice")
         return problems
 
+    def _content_block_problems(self, blocks: tuple[tuple[int | None, int | None], ...]) -> list[str]:
+        problems = []
+        if len(blocks) != self.content_blocks:
+            problems.append(f"{len(blocks)} content block(s), expected {self.content_blocks}")
+        problems += [f"a content block changed the learned cap ({_cap(before)} → {_cap(after)})"
+                     for before, after in blocks if before != after]
+        return problems
+
     def _summarizer_problems(self, calls: tuple[str, ...]) -> list[str]:
         if self.summarizer == "unused":
             return [f"summarizer called {len(calls)} time(s), expected unused"] if calls else []
@@ -169,6 +204,10 @@ class Expectation:
             return []
         did = ", ".join(f"{outcome} ×{calls.count(outcome)}" for outcome in dict.fromkeys(calls)) or "no call"
         return [f"summarizer {did}, expected a call {self.summarizer}"]
+
+
+def _cap(cap: int | None) -> str:
+    return "none" if cap is None else f"{cap:,} bytes"
 
 
 # -- reading the [expect] table ---------------------------------------------------------------------
@@ -202,7 +241,8 @@ READERS: Mapping[str, Callable[[object], object]] = MappingProxyType({
 })
 ANNOTATIONS: Mapping[str, str] = MappingProxyType({
     "outcome": "str", "failure_kind": "str", "summarizer": "str", "compaction_level": "int",
-    "cap_learned": "bool", "floor_warning": "bool",
+    "cap_learned": "bool", "floor_warning": "bool", "content_blocks": "int", "final_max_tokens": "int",
+    "requests_over_cap": "int",
 })
 
 
@@ -225,6 +265,9 @@ def expectation_from_table(table: Mapping[str, Any], where: str) -> Expectation:
             _choice("compaction_level", values["compaction_level"], COMPACTION_LEVELS)
         if "summarizer" in values:
             _choice("summarizer", values["summarizer"], SUMMARIZER_EXPECTATIONS)
+        for name, least in (("content_blocks", 0), ("final_max_tokens", 1), ("requests_over_cap", 0)):
+            if name in values and values[name] < least:
+                raise FieldProblem(f"{name} must be an integer >= {least}, got {values[name]}")
     except FieldProblem as exc:
         raise ScenarioError(f"{where} {exc}") from None
     return Expectation(**values)

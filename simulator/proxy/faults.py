@@ -9,6 +9,7 @@ scenarios, specs and the admin API.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from string import Template
@@ -33,6 +34,7 @@ from simulator.proxy.pages import (
     BODY_CAP_PAGES,
     HEADER_CAP_PAGE,
     TIMEOUT_PAGES,
+    UPSTREAM_ERROR_PAGES,
     WAF_PAGES,
     PageVariant,
     page_text,
@@ -47,6 +49,7 @@ __all__ = [
     "BodyCap",
     "CloseAfterBody",
     "ConnectionFault",
+    "ContentMatch",
     "CutStream",
     "Decision",
     "Fault",
@@ -61,6 +64,7 @@ __all__ = [
     "ShapingFault",
     "SlowClose",
     "StatusPage",
+    "UpstreamError",
     "WafBlock",
     "header_bytes",
     "render_page",
@@ -148,6 +152,38 @@ class WafBlock(Fault):
 
     def _check(self) -> None:
         choose("page", self.page, WAF_PAGES)
+
+    def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
+        return render_page(WAF_PAGES[self.page], ids)
+
+
+@dataclass(frozen=True, slots=True)
+class ContentMatch(Fault):
+    """A WAF rule on content: bodies matching ``pattern`` get a 403 page (:data:`WAF_PAGES`), whatever
+    their size.
+
+    ``pattern`` is a regular expression searched, case-insensitively (a WAF lower-cases
+    before matching), in the raw request body as sent — JSON-escaped, so a newline in a
+    message is ``\\n``. E.g. an SQL-injection rule (``union\\s+select``, ``or\\s+1=1``) or a
+    remote-command rule (``curl [^|]*\\|\\s*sh``) firing on a tool result that quotes one.
+    """
+
+    kind: ClassVar[str] = "content-match"
+    pattern: str
+    page: str = "modsecurity"
+
+    def _check(self) -> None:
+        choose("page", self.page, WAF_PAGES)
+        if not self.pattern:
+            raise ValueError("pattern must be a non-empty regular expression")
+        try:
+            re.compile(self.pattern, re.IGNORECASE)
+        except re.error as exc:
+            raise ValueError(f"pattern {self.pattern!r} is not a regular expression: {exc}") from None
+
+    def _triggered(self, request: httpx.Request, body_bytes: int) -> bool:
+        body = request.read().decode("utf-8", "replace")
+        return re.search(self.pattern, body, re.IGNORECASE) is not None  # compiled once, by re's cache
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
         return render_page(WAF_PAGES[self.page], ids)
@@ -294,10 +330,31 @@ class StatusPage(Fault):
                        self.body.encode())
 
 
+@dataclass(frozen=True, slots=True)
+class UpstreamError(Fault):
+    """The gateway's own 502/503 page, as when its upstream dropped or refused the request
+    (:data:`~simulator.proxy.pages.UPSTREAM_ERROR_PAGES`: Envoy's ``upstream connect error or
+    disconnect/reset before headers`` 503, nginx's or an ALB's ``502 Bad Gateway``).
+
+    With ``min_bytes`` it is an upstream body cap masked by the proxy chain: the client never
+    sees the 413, only a gateway error above a size.
+    """
+
+    kind: ClassVar[str] = "upstream-error"
+    page: str = "envoy"
+
+    def _check(self) -> None:
+        choose("page", self.page, UPSTREAM_ERROR_PAGES)
+
+    def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
+        return render_page(UPSTREAM_ERROR_PAGES[self.page], ids)
+
+
 FAULT_KINDS: Mapping[str, type[Fault]] = MappingProxyType(
     {
         cls.kind: cls
-        for cls in (BodyCap, HeaderCap, WafBlock, BedrockHtml403, ResetAfter, CloseAfterBody, SlowClose,
-                    IdleTimeout, RateLimit429, GatewayTimeout, StatusPage, Latency, Bandwidth, CutStream)
+        for cls in (BodyCap, HeaderCap, WafBlock, ContentMatch, BedrockHtml403, ResetAfter, CloseAfterBody,
+                    SlowClose, IdleTimeout, RateLimit429, GatewayTimeout, StatusPage, UpstreamError, Latency,
+                    Bandwidth, CutStream)
     }
 )

@@ -23,6 +23,7 @@ from simulator.proxy.pages import (
     BODY_CAP_PAGES,
     HEADER_CAP_PAGE,
     TIMEOUT_PAGES,
+    UPSTREAM_ERROR_PAGES,
     WAF_PAGES,
     PageVariant,
 )
@@ -68,6 +69,7 @@ def known_pages() -> tuple[KnownPage, ...]:
         _known("bedrock-html-403", None, "corporate-proxy", BEDROCK_HTML_PAGE),
         _known("header-cap", None, "header-fields", HEADER_CAP_PAGE),
         *(_known("timeout", "page", name, page) for name, page in TIMEOUT_PAGES.items()),
+        *(_known("upstream-error", "page", name, page) for name, page in UPSTREAM_ERROR_PAGES.items()),
     )
 
 

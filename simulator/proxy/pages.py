@@ -16,6 +16,7 @@ __all__ = [
     "PAGES_DIR",
     "PageVariant",
     "TIMEOUT_PAGES",
+    "UPSTREAM_ERROR_PAGES",
     "WAF_PAGES",
     "page_text",
 ]
@@ -83,6 +84,16 @@ TIMEOUT_PAGES: Mapping[str, PageVariant] = MappingProxyType(
             "524-cloudflare.html", 524, "text/html; charset=UTF-8",
             (("server", "cloudflare"), ("cf-ray", "${ray_id}-" + CLOUDFLARE_COLO)),
         ),
+    }
+)
+# A gateway's own answer when its upstream dropped or refused the request: what a client sees instead of
+# the upstream's 413 when a proxy chain masks it. Envoy's local reply for an upstream reset before the
+# response headers (response flag UC; 95 bytes, text/plain), nginx's and an AWS ALB's 502 pages.
+UPSTREAM_ERROR_PAGES: Mapping[str, PageVariant] = MappingProxyType(
+    {
+        "envoy": PageVariant("503-envoy.txt", 503, "text/plain", (("server", "envoy"),)),
+        "nginx": PageVariant("502-nginx.html", 502, "text/html", (("server", "nginx"),)),
+        "aws-alb": PageVariant("502-aws-alb.html", 502, "text/html", (("server", "awselb/2.0"),)),
     }
 )
 

@@ -23,6 +23,8 @@ summarizer behaves, what workload to replay and what outcome to expect::
     [workload]                    # hints for the replay (all optional)
     transcript = "generated"
     system_prompt_bytes = "96KB"
+    plant_text = "SELECT * FROM users WHERE id = '' OR 1=1 --"  # at the head of the newest message
+    plant_turn = 12                                              # before the 12th reply
 
     [policy]                      # ctxrecover Policy overrides (validated by Policy.replace)
     context_window = 8000
@@ -101,7 +103,8 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
 PROVIDER_KEYS: tuple[str, ...] = ("context_window", "format", "max_output_tokens_cap", "model")
 SUMMARIZER_KEYS: tuple[str, ...] = ("behaviour", "context_window")
 WORKLOAD_KEYS: tuple[str, ...] = (
-    "history_bytes", "max_tokens", "reply_tokens", "system_prompt_bytes", "transcript", "turns",
+    "history_bytes", "max_tokens", "plant_text", "plant_turn", "reply_tokens", "system_prompt_bytes",
+    "transcript", "turns",
 )
 EXPECT_KEYS: tuple[str, ...] = tuple(EXPECT_FIELDS)
 SUMMARIZER_BEHAVIOURS: tuple[str, ...] = (
@@ -150,7 +153,8 @@ class SummarizerSpec:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """Hints for the replay: transcript, system prompt size, history size, max_tokens, reply length."""
+    """Hints for the replay: transcript, system prompt size, history size, max_tokens, reply length,
+    and text planted at the head of the newest message before a turn (``plant_text``, ``plant_turn``)."""
 
     transcript: str | None = None
     system_prompt_bytes: int = 0
@@ -158,6 +162,8 @@ class Workload:
     max_tokens: int | None = None
     reply_tokens: int | None = None
     turns: int | None = None
+    plant_text: str | None = None
+    plant_turn: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,8 +309,10 @@ def scenario_from_document(document: Mapping[str, Any], *, name: str, source: Pa
     reader.positive("summarizer", "context_window", summarizer.get("context_window"))
     workload = reader.typed("workload", reader.section(document, "workload", WORKLOAD_KEYS), Workload,
                             sizes=WORKLOAD_SIZE_FIELDS)
-    for key in ("max_tokens", "reply_tokens", "turns"):
+    for key in ("max_tokens", "reply_tokens", "turns", "plant_turn"):
         reader.positive("workload", key, workload.get(key))
+    if "plant_turn" in workload and not workload.get("plant_text"):
+        raise reader.fail("[workload] plant_turn needs plant_text, the text to plant")
     return Scenario(
         name=str(document.get("name") or name),
         description=description.strip(),

@@ -55,6 +55,7 @@ from simulator.research.pieces import (
     Edge,
     Piece,
     message_pieces,
+    offered_values,
     parse_entry,
     text_edges,
 )
@@ -93,10 +94,11 @@ class Losses:
 class _Node:
     """One archive entry, parsed once, and the occurrences it stands for now."""
 
-    __slots__ = ("credit", "edges", "inflow", "occurrences", "pieces", "rank", "text")
+    __slots__ = ("credit", "edges", "inflow", "occurrences", "offers", "pieces", "rank", "text")
 
     def __init__(self, text: str | None, edges: list[Edge], pieces: list[Piece], rank: int) -> None:
         self.text = text
+        self.offers = offered_values(text) if text else ()  # the text as each edge pool reads it
         self.edges = edges
         self.pieces = pieces
         self.rank = rank  # above every entry it points to: parents settle before children
@@ -282,9 +284,9 @@ class LossLedger:
             for piece in node.pieces:
                 self._shift(piece, have=credit[0] - old[0])
         if node.text:
-            for pool, now, before in zip(EDGE_POOLS, credit[1:], old[1:], strict=True):
-                if now != before:
-                    self._shift((pool, node.text), have=now - before)
+            for pool, value, now, before in zip(EDGE_POOLS, node.offers, credit[1:], old[1:], strict=True):
+                if now != before and value:
+                    self._shift((pool, value), have=now - before)
 
     def _node(self, key: str) -> _Node:
         """The parsed entry under ``key``; a first visit parses it and everything it names (once)."""

@@ -29,6 +29,7 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "episodes",
     "records_to_frame",
+    "rejected_per_episode",
     "summarize_run",
     "summary_table",
 ]
@@ -67,7 +68,10 @@ RUN_COLUMNS: Mapping[str, tuple[str, str]] = MappingProxyType(
         "chars_lost": ("int64", "original chars irrecoverably lost so far (cumulative; must stay 0)"),
         "notices": ("string", "notices emitted right before/for this attempt, joined by newlines"),
         "elapsed_ms": ("float64", "wall time of the attempt, compaction included, in ms"),
-        "identical_retry": ("bool", "same payload bytes resent as the previous rejected attempt"),
+        "identical_retry": (
+            "bool",
+            "same payload as a request already rejected on this turn, recall keys normalised",
+        ),
     }
 )
 OUTCOME_OK = "ok"
@@ -224,9 +228,10 @@ def _failure_kind(outcome: str, kind: object) -> str:
 def episodes(frame: pd.DataFrame) -> pd.DataFrame:
     """Failure episodes: each run of consecutive rejected attempts of one turn, with how it ended.
 
-    An episode opens at a rejected attempt (``rejected:*``, ``failed``, ``fail_fast_floor``)
-    and closes at the next attempt of that turn that is not ``rejected:*``: accepted
-    (``recovered``) or ``failed``/``fail_fast_floor`` (not recovered); a run ending
+    An episode opens at a rejected attempt of any kind (``rejected:*``, ``failed``,
+    ``fail_fast_floor``: a 413 or a WAF page as much as a reset, a 431, a content block or a
+    max_tokens error) and closes at the next attempt of that turn that is not ``rejected:*``:
+    accepted (``recovered``) or ``failed``/``fail_fast_floor`` (not recovered); a run ending
     mid-episode is not recovered. ``wasted_retries`` counts identical payloads resent;
     ``final_level`` is the ``recovered@L`` level, else the highest compaction level seen.
     Rows are read in frame order (chronological within a run).
@@ -255,6 +260,16 @@ def episodes(frame: pd.DataFrame) -> pd.DataFrame:
             for name, dtype in EPISODE_COLUMNS.items()
         }
     )
+
+
+def rejected_per_episode(episode_table: pd.DataFrame) -> dict[str, float]:
+    """Rejected requests per failure episode of an :func:`episodes` table: ``"all"`` episodes, whatever
+    their kind, then each first failure kind (sorted); empty for a table without episodes."""
+    if not len(episode_table):
+        return {}
+    by_kind = episode_table.groupby("first_failure_kind", sort=True)["rejected_requests"].mean()
+    return {"all": float(episode_table["rejected_requests"].mean()),
+            **{str(kind): float(mean) for kind, mean in by_kind.items()}}
 
 
 def _cache_costs(frame: pd.DataFrame, price_per_mtok: float) -> tuple[float, float, int]:

@@ -20,6 +20,12 @@ or an image's data. The layouts are those of :mod:`ctxrecover.archive` (its publ
 - a tool call archived as ``{"id", "name", "arguments"}`` JSON;
 - anything else: a text whose markers are content edges.
 
+An image moved out of a message (:func:`ctxrecover.passes.parts.archive_images`, and a
+message set aside) leaves a line ``[image archived — MEDIA, SIZE — recoverable via
+@recall <<ccr:KEY>>]`` after the message's text, its public ``IMAGE_ARCHIVED_NOTE``: the
+text before those lines is the message's content, and each such marker is an image edge
+whose entry, a ``data:`` URL, offers the image's base64 data (:func:`offered_values`).
+
 Where a layout names no result id (older range indexes), a tool block takes the
 id of the next unanswered call of the assistant block before it: results follow
 their calls in call order, as pairing repair leaves them and a reader would pair
@@ -45,11 +51,21 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ctxrecover.archive import RANGE_HEADER, extract_keys
+from ctxrecover.passes.parts import IMAGE_ARCHIVED_NOTE
 
 if TYPE_CHECKING:
     from ctxrecover.messages import Message
 
-__all__ = ["EDGE_POOLS", "Edge", "POOL_FIELDS", "Piece", "message_pieces", "parse_entry"]
+__all__ = [
+    "EDGE_POOLS",
+    "Edge",
+    "POOL_FIELDS",
+    "Piece",
+    "message_pieces",
+    "offered_values",
+    "parse_entry",
+    "split_image_notes",
+]
 
 Piece = tuple[str, str]  # (pool, value)
 Edge = tuple[str, int, int]  # (key, index into EDGE_POOLS, multiplicity)
@@ -84,11 +100,38 @@ RENDERED_RESULT_RE = re.compile(r"\n\[tool_result ([^\n]+)\]$")
 RENDERED_CALL_RE = re.compile(r"(\S+) (\S+): (.*)\]", re.DOTALL)
 CALL_LINE_START = "\n[tool_call "
 CALL_JSON_FIELDS = frozenset({"id", "name", "arguments"})
+# IMAGE_ARCHIVED_NOTE's media type and size are any text on the line; its marker is the edge.
+IMAGE_NOTE_RE = re.compile(
+    re.escape(IMAGE_ARCHIVED_NOTE).replace(re.escape("%s"), r"[^\n]*?", 2).replace(re.escape("%s"), KEY)
+)
+DATA_URL_RE = re.compile(r"data:[^;,\n]*;base64,")
+
+
+def split_image_notes(text: str) -> tuple[str, list[str]]:
+    """``text`` without the image-archived notes that end it, and their keys in order."""
+    keys: list[str] = []
+    end = len(text)
+    while end:
+        start = text.rfind("\n", 0, end) + 1
+        note = IMAGE_NOTE_RE.fullmatch(text, start, end)
+        if note is None:
+            break
+        keys.append(note[1])
+        end = max(start - 1, 0)
+    return (text[:end], keys[::-1]) if keys else (text, keys)
+
+
+def offered_values(text: str) -> tuple[str, ...]:
+    """What an entry's text is to each pool of :data:`EDGE_POOLS`: a content without its image notes,
+    arguments as they are, and image data without its ``data:`` URL prefix."""
+    data = DATA_URL_RE.match(text)
+    return split_image_notes(text)[0], text, text[data.end():] if data else text
 
 
 def message_pieces(msg: Message) -> list[Piece]:
-    """The pieces of ``msg`` the ledger accounts for; empty values are left out."""
-    pieces: list[Piece] = [("role", msg.role), ("content", msg.content)]
+    """The pieces of ``msg`` the ledger accounts for (its content without image notes); empty values
+    are left out."""
+    pieces: list[Piece] = [("role", msg.role), ("content", split_image_notes(msg.content)[0])]
     for call in msg.tool_calls:
         pieces += (("call_id", call.id), ("tool_name", call.name), ("arguments", call.arguments))
     if msg.tool_call_id:
@@ -98,8 +141,13 @@ def message_pieces(msg: Message) -> list[Piece]:
 
 
 def text_edges(texts: list[str]) -> list[Edge]:
-    """One content edge per distinct marker of each text."""
-    return [(key, CONTENT, 1) for text in texts for key in extract_keys(text)]
+    """One content edge per distinct marker of each text; an image note's marker is an image edge."""
+    edges: list[Edge] = []
+    for text in texts:
+        body, images = split_image_notes(text)
+        edges += [(key, CONTENT, 1) for key in extract_keys(body)]
+        edges += [(key, IMAGE, 1) for key in images]
+    return edges
 
 
 class _Offer:
@@ -120,8 +168,9 @@ class _Offer:
             self.open_calls = []
 
     def text(self, pool: str, text: str) -> None:
-        if text:
-            self.pieces.append((pool, text))
+        value = split_image_notes(text)[0] if pool == "content" else text
+        if value:
+            self.pieces.append((pool, value))
         for key, kind, count in text_edges([text]):
             self.edges[key, kind] += count
 

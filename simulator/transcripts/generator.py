@@ -9,7 +9,9 @@ passes and retention probes need:
   reads of the same file (same, wider or narrower range);
 - ``agent_feedback`` user messages (hook/linter output) and ``@recall``
   results (``preserve_verbatim`` user messages holding an earlier result);
-- screenshots (small real PNGs, built with zlib and struct);
+- screenshots (real PNGs, built with zlib and struct: flat colour bands, small; with
+  ``image_detail`` part of each row is pixel detail that does not compress, so they
+  weigh what real screenshots weigh);
 - :class:`~simulator.transcripts.loaders.Fact` values: unique paths, ticket ids,
   error strings, identifiers and decisions, each recorded with the index of
   the message whose content holds it.
@@ -155,6 +157,7 @@ def generate_session(
     image_every: int = DEFAULT_OPTIONS["image_every"],
     recall_every: int = DEFAULT_OPTIONS["recall_every"],
     feedback_every: int = DEFAULT_OPTIONS["feedback_every"],
+    image_detail: float = 0.0,
 ) -> Transcript:
     """A synthetic agent session; the same arguments give an equal transcript.
 
@@ -165,6 +168,9 @@ def generate_session(
     ``reread_ratio`` of reads revisit a file. Every ``image_every``-th turn
     carries a screenshot, every ``recall_every``-th an ``@recall`` result and
     every ``feedback_every``-th starts with hook feedback (0 turns a feature off).
+    ``image_detail`` is the share of each screenshot row drawn as pixel detail (see
+    :func:`make_png`): 0 gives small PNGs of flat bands, about 0.1 PNGs as heavy as real
+    screenshots of a UI (tens to hundreds of KB).
     """
     options = {
         "system_prompt_chars": system_prompt_chars,
@@ -180,6 +186,8 @@ def generate_session(
         "recall_every": recall_every,
         "feedback_every": feedback_every,
     }
+    if image_detail:  # recorded only when used, so the sessions made before it regenerate byte for byte
+        options["image_detail"] = image_detail
     _validate(seed, turns, options)
     builder = _SessionBuilder(seed, options)
     builder.system_prompt()
@@ -217,17 +225,29 @@ def numbered_read(path: str, lines: list[str], start_line: int = 1) -> str:
     return "\n".join([FILE_HEADER.format(path=path), *body])
 
 
-def make_png(width: int, height: int, *, seed: int = 0) -> bytes:
-    """A real, decodable RGB PNG of coloured bands (a stand-in screenshot)."""
+def make_png(width: int, height: int, *, seed: int = 0, detail: float = 0.0) -> bytes:
+    """A real, decodable RGB PNG of coloured bands (a stand-in screenshot).
+
+    ``detail`` (0..1) is the share of each row drawn as random pixels at a random place
+    (text, icons, photos on a flat background): they do not compress, so the PNG weighs
+    about ``detail × width × height × 3`` bytes, as a real screenshot does. 0 draws none.
+    """
     if width < 1 or height < 1:
         raise ValueError(f"make_png needs width and height >= 1, got {width}x{height}")
+    if not 0.0 <= detail <= 1.0:
+        raise ValueError(f"make_png detail is a share of each row: give a value in [0, 1], got {detail}")
     rng = random.Random(seed)
     bands = [bytes(rng.randrange(256) for _ in range(3)) for _ in range(rng.randint(3, 8))]
     band_height = max(1, height // len(bands))
+    span = int(width * detail)
     rows = []
     for y in range(height):
         colour = bands[min(y // band_height, len(bands) - 1)]
-        rows.append(b"\x00" + colour * width)  # filter byte 0, then RGB pixels
+        row = colour * width
+        if span:
+            start = 3 * rng.randrange(width - span + 1)
+            row = row[:start] + rng.randbytes(3 * span) + row[start + 3 * span:]
+        rows.append(b"\x00" + row)  # filter byte 0, then RGB pixels
 
     def chunk(tag: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
@@ -260,6 +280,9 @@ def _validate(seed: int, turns: int, options: dict[str, Any]) -> None:
     for name in ("image_every", "recall_every", "feedback_every"):
         if options[name] < 0:
             raise ValueError(f"{name} must be >= 0 (0 turns the feature off), got {options[name]}")
+    detail = options.get("image_detail", 0.0)
+    if not 0.0 <= detail <= 1.0:
+        raise ValueError(f"image_detail is a share of each row: give a value in [0, 1], got {detail}")
 
 
 @dataclass(slots=True)
@@ -373,7 +396,8 @@ class _SessionBuilder:
         images: tuple[Image, ...] = ()
         if with_image:
             width, height = self.rng.choice(SCREENSHOT_SIZES)
-            png = make_png(width, height, seed=self.rng.getrandbits(32))
+            detail = self.opt.get("image_detail", 0.0)
+            png = make_png(width, height, seed=self.rng.getrandbits(32), detail=detail)
             images = (Image(data=base64.b64encode(png).decode("ascii"), media_type="image/png"),)
             text = f"Here is a screenshot of what I see. {text}"
         self.messages.append(Message.user(text, images=images))

@@ -52,6 +52,11 @@ FIXTURE_RECIPES: tuple[FixtureRecipe, ...] = (
         {"image_every": 2},
     ),
     FixtureRecipe(
+        "screenshots-1m.jsonl", 109, 10,
+        "coding session with a screenshot as heavy as a real one on every user task",
+        {"image_every": 1, "image_detail": 0.1},
+    ),
+    FixtureRecipe(
         "big-reads-3500k.jsonl", 107, 70, "huge file reads, many repeated reads",
         {"big_read_chars": 40_000, "reread_ratio": 0.5},
     ),

@@ -101,6 +101,14 @@ def test_recovery_bench_counts_proxy_episodes_and_summarizer_cost(bench: Any) ->
     assert p6["equal_outcome_scenarios"]
     assert p6["default"]["chars_lost"] == 0
     assert p6["ratio"] is None or p6["ratio"] >= 0
+    # openai-128k-overflow plants 14 facts: the default keeps every one recallable, the peer does not
+    assert p6["default"]["facts"] == p6["summarize_everything"]["facts"] == 14
+    assert p6["default"]["fact_survival"] == 1.0 > p6["summarize_everything"]["fact_survival"]
+    assert 0 <= p6["default"]["facts_in_context"] <= p6["default"]["fact_survival"]
+    scopes = p6["by_summary_scope"]
+    assert set(scopes) == {"segment", "incremental", "target"}
+    assert scopes[p6["summary_scope"]]["usd"] == p6["default"]["usd"]
+    assert all(m["chars_lost"] == 0 and m["fact_survival"] == 1.0 for m in scopes.values())
 
 
 def test_long_replay_bench_times_early_and_late_turns_of_a_compacting_replay(bench: Any) -> None:

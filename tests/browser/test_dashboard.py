@@ -29,13 +29,18 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+    "--disable-quic",
     "--window-size=1400,1600",
     # Nothing leaves the machine: Voilà's page links CDN stylesheets (fonts, icons) that a closed
     # network may leave hanging; every name but the loopback server's fails at once instead.
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 )
 SERVER_START_S = 60.0
-RENDER_S = 240.0  # the notebook's cells run before the page is complete (about 20 s on 2 busy cores)
+RENDER_S = 90.0  # the notebook's cells run before the page is complete (5 s here, about 20 s on 2 busy cores)
+# Voilà sometimes runs every cell yet never ends the page's stream: the browser shows its spinner and
+# heartbeats for ever (voila-dashboards/voila#1446; seen here about once in eight loads, in curl too). A
+# page that shows nothing within RENDER_S is loaded again — a new page, a new kernel — at most this often.
+PAGE_LOADS = 3
 REPLAY_S = 120.0
 SLIDER = "budget ratio"
 DRAG_PX = -90  # about a third of the track to the left: 0.60 → about 0.3
@@ -58,14 +63,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait(what: str, timeout: float, probe: Callable[[], T | None]) -> T:
+def _wait(what: str, timeout: float, probe: Callable[[], T | None], explain: Callable[[], str] = str) -> T:
+    """Poll ``probe`` until it returns something; on timeout fail with what ``explain`` tells."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = probe()
         if found:
             return found
         time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{explain()}")
+
+
+def _tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
 
 
 @pytest.fixture
@@ -108,7 +118,9 @@ def chromium(tmp_path: Path) -> Iterator[object]:
 
     options = Options()
     options.binary_location = str(CHROMIUM)
-    options.page_load_strategy = "eager"  # the test waits for the widgets itself, not for every resource
+    # Voilà streams the page while the notebook's cells run, so even DOMContentLoaded can take minutes on
+    # busy cores; ``get`` returns at once and the test waits for the widgets itself (RENDER_S).
+    options.page_load_strategy = "none"
     for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
@@ -128,7 +140,6 @@ def test_moving_a_slider_replays_and_redraws_the_table_and_the_figure(
     assert isinstance(chromium, WebDriver)
     driver = chromium
     started = time.monotonic()
-    driver.get(voila_url)
 
     def output() -> tuple[str, str] | None:
         """The dashboard's output: its figure (PNG data URL) and its summary table's text."""
@@ -138,7 +149,18 @@ def test_moving_a_slider_replays_and_redraws_the_table_and_the_figure(
             return None
         return images[0].get_attribute("src") or "", tables[0].text
 
-    before = _wait("the dashboard's first replay", RENDER_S, output)
+    def explain() -> str:
+        page = driver.find_element(By.TAG_NAME, "body").text[-2000:]
+        return f"page text:\n{page}\nvoila.log:\n{_tail(tmp_path / 'voila.log')}"
+
+    for load in range(1, PAGE_LOADS + 1):
+        driver.get(voila_url)
+        try:
+            before = _wait("the dashboard's first replay", RENDER_S, output, explain)
+            break
+        except AssertionError:
+            if load == PAGE_LOADS:
+                raise
     rendered = time.monotonic() - started
     (slider,) = [s for s in driver.find_elements(By.CSS_SELECTOR, ".widget-slider") if SLIDER in s.text]
     readout = slider.find_element(By.CSS_SELECTOR, ".widget-readout")
@@ -150,7 +172,7 @@ def test_moving_a_slider_replays_and_redraws_the_table_and_the_figure(
     moved_to = _wait("the slider to move", 10, lambda: readout.text if readout.text != "0.60" else None)
     after = _wait("the replay with the new budget ratio", REPLAY_S,
                   lambda: (now := output()) and now != before and f"budget_ratio {float(moved_to):g}" in
-                  " ".join(now[1].split()) and now)
+                  " ".join(now[1].split()) and now, explain)
     driver.save_screenshot(str(tmp_path / "dashboard.png"))
 
     assert float(moved_to) < 0.6
@@ -160,5 +182,5 @@ def test_moving_a_slider_replays_and_redraws_the_table_and_the_figure(
     assert rows["chars_lost"] == "0"
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
     replayed = time.monotonic() - started - rendered
-    print(f"dashboard rendered in {rendered:.1f} s; {SLIDER} {moved_to}: replayed in {replayed:.1f} s; "
-          f"screenshot {tmp_path / 'dashboard.png'}")
+    print(f"dashboard rendered in {rendered:.1f} s (page load {load}); {SLIDER} {moved_to}: "
+          f"replayed in {replayed:.1f} s; screenshot {tmp_path / 'dashboard.png'}")

@@ -30,7 +30,13 @@ from ctxrecover.errors import CompactionCancelled, ConfigError, SummarizerError
 from ctxrecover.events import Event, EventBus, PostCompact, PreCompact, SessionStats, StatusEvent
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.passes.pairing import validate_pairing
-from ctxrecover.passes.truncate import VERBATIM_RESULT_HEADER, leading_system_count, render_transcript
+from ctxrecover.passes.trim import trim_history
+from ctxrecover.passes.truncate import (
+    VERBATIM_RESULT_HEADER,
+    leading_system_count,
+    render_transcript,
+    snap_to_tool_boundary,
+)
 from ctxrecover.policy import DEFAULT_POLICY
 from ctxrecover.sizes import format_payload_size, total_weight
 from ctxrecover.summarize import SEGMENT_HEADER, CancelToken, SummaryResult
@@ -58,10 +64,11 @@ def call(call_id: str, name: str = "read_file") -> ToolCall:
     return ToolCall(call_id, name, f'{{"path": "{call_id}.py"}}')
 
 
-def agent_history(turns: int = 6, size: int = 2000) -> list[Message]:
-    """System prompt, then turns of user → assistant(tool call) → tool result → assistant answer."""
+def agent_history(turns: int = 6, size: int = 2000, first: int = 0) -> list[Message]:
+    """System prompt, then turns of user → assistant(tool call) → tool result → assistant answer
+    (numbered from ``first``, so later turns carry texts of their own)."""
     history = [Message.system("You are a coding agent.")]
-    for t in range(turns):
+    for t in range(first, first + turns):
         history += [
             Message.user(f"task {t}\n" + text(size // 4, f"u{t}")),
             Message.assistant(f"reading {t}", tool_calls=[call(f"c{t}")]),
@@ -301,8 +308,9 @@ def test_summarizer_input_restores_a_range_behind_a_stub_as_its_transcript() -> 
     assert RANGE_HEADER % 2 not in segment
 
 
-def test_summary_counts_messages_covered_by_an_earlier_summary() -> None:
-    h = Harness(FakeSummarizer(extractive))
+def test_segment_scope_summary_counts_messages_covered_by_an_earlier_summary() -> None:
+    # summary_scope="segment" (the seed's rule) summarizes the earlier summary again
+    h = Harness(FakeSummarizer(extractive), policy=DEFAULT_POLICY.replace(summary_scope="segment"))
     earlier = Message.user(
         "[STRUCTURED SUMMARY — covering 40 earlier messages]\n\nnotes", is_summary=True, summary_of=40
     )
@@ -310,6 +318,7 @@ def test_summary_counts_messages_covered_by_an_earlier_summary() -> None:
     result = h.compactor.compact(history, budget_chars=total_weight(history) // 2, keep_recent=8)
     assert result.history[1].summary_of == 40 + 12
     assert result.history[1].content.startswith(SUMMARY_HEADER % 52)
+    assert "[user]: [STRUCTURED SUMMARY — covering 40 earlier messages]" in h.summarizer.prompts[0]
 
 
 def test_summarizer_gets_the_rendered_segment_and_usage_is_counted() -> None:
@@ -391,13 +400,162 @@ def test_no_summarizer_goes_straight_to_truncation() -> None:
     assert result.report.level == 3 and result.report.summarizer_calls == 0
 
 
+# -- incremental and target summaries (Policy.summary_scope) -------------------------------
+
+
+def earlier_summary(chars: int = 0, covering: int = 40) -> Message:
+    body = "notes" + text(chars, "s") if chars else "notes"
+    return Message.user(SUMMARY_HEADER % covering + body, is_summary=True, summary_of=covering)
+
+
+def test_incremental_summary_keeps_the_earlier_summary_as_is_and_covers_only_new_messages() -> None:
+    h = Harness(FakeSummarizer(extractive))
+    earlier = earlier_summary()
+    history = [Message.system("sys"), earlier, *agent_history(5)[1:]]
+    out = h.compactor.compact(history, budget_chars=total_weight(history) // 2, keep_recent=8).history
+    assert out[1] is earlier
+    assert out[2].is_summary and out[2].summary_of == 12
+    assert out[2].content.startswith(SUMMARY_HEADER % 12 + "[user]: task 0")
+    assert out[3:] == history[-8:]
+    assert "STRUCTURED SUMMARY" not in h.summarizer.prompts[0]
+    assert_nothing_lost(history, out, h.store)
+
+
+def test_three_successive_incremental_summaries_stack_in_order_and_lose_nothing() -> None:
+    h = Harness(FakeSummarizer(extractive))
+    conversation = agent_history(6)
+    history = list(conversation)
+    summaries: list[Message] = []
+    for round_ in range(3):
+        if round_:
+            more = agent_history(4, first=6 + 4 * (round_ - 1))[1:]
+            conversation += more
+            history += more
+        history = h.compactor.compact(history, budget_chars=total_weight(history) // 2, keep_recent=8).history
+        found = [m for m in history if m.is_summary]
+        assert len(found) == round_ + 1
+        assert all(a is b for a, b in zip(found, summaries, strict=False))  # earlier ones untouched
+        summaries = found
+    assert h.summarizer.calls == 3
+    assert not any("STRUCTURED SUMMARY" in prompt for prompt in h.summarizer.prompts)
+    assert [s.summary_of for s in summaries] == [16, 16, 16]
+    assert history == [conversation[0], *summaries, *conversation[-8:]]
+    assert validate_pairing(history) and starts_with_user(history)
+    assert_nothing_lost(conversation, history, h.store)
+
+
+@pytest.mark.parametrize(("fraction", "kept"), [(0.25, False), (0.5, True)])
+def test_earlier_summaries_over_their_share_of_the_budget_are_summarized_again(
+    fraction: float, kept: bool
+) -> None:
+    policy = DEFAULT_POLICY.replace(summaries_budget_fraction=fraction)
+    h = Harness(FakeSummarizer(extractive), policy=policy)
+    earlier = earlier_summary(3000)
+    history = [Message.system("sys"), earlier, *agent_history(5)[1:]]
+    budget = 12_000
+    assert budget * 0.25 < len(earlier.content) <= budget * 0.5 and total_weight(history) > budget
+    out = h.compactor.compact(history, budget_chars=budget, keep_recent=8).history
+    assert (out[1] is earlier) is kept
+    assert [m.summary_of for m in out if m.is_summary] == ([40, 12] if kept else [52])
+    assert ("[user]: [STRUCTURED SUMMARY — covering 40" in h.summarizer.prompts[0]) is not kept
+    assert_nothing_lost(history, out, h.store)
+
+
+def test_earlier_summaries_are_summarized_again_when_keeping_them_cannot_reach_the_budget() -> None:
+    h = Harness(FakeSummarizer(extractive))
+    turns = agent_history(3)
+    floor_and_recent = total_weight(turns[:1]) + total_weight(turns[-8:])
+    share = DEFAULT_POLICY.summaries_budget_fraction
+    budget = int(floor_and_recent / (1 - share / 2))
+    earlier = earlier_summary(int(budget * share * 0.9))  # within its share, but it leaves no room
+    history = [turns[0], earlier, *turns[1:]]
+    out = h.compactor.compact(history, budget_chars=budget, keep_recent=8).history
+    assert earlier not in out and out[1].summary_of == 44
+    assert total_weight(out) <= budget and h.summarizer.calls == 1
+
+
+def test_no_summary_is_attempted_when_the_recent_messages_alone_are_over_budget() -> None:
+    h = Harness(FakeSummarizer(extractive))
+    history = agent_history(10, size=4000)
+    budget = total_weight(history[-8:]) // 2  # even an empty summary would leave it over budget
+    result = h.compactor.compact(history, budget_chars=budget, keep_recent=8)
+    assert h.summarizer.calls == 0 and SUMMARIZING not in h.statuses()
+    assert result.report.level == 3 and result.report.summarizer_calls == 0
+    assert h.compactor.backoff_remaining == 0 and not result.report.backoff_skip
+    assert result.report.reached_budget
+    assert_nothing_lost(history, result.history, h.store)
+
+
+def test_manual_guidance_summarizes_the_whole_segment_earlier_summaries_included() -> None:
+    h = Harness(FakeSummarizer(extractive))
+    earlier = earlier_summary()
+    history = [Message.system("sys"), earlier, *agent_history(5)[1:]]
+    out = h.compactor.compact(
+        history,
+        budget_chars=total_weight(history) * 2,
+        keep_recent=MANUAL_KEEP_RECENT,
+        trigger="manual",
+        instruction="focus on the parser",
+    ).history
+    assert earlier not in out and out[1].summary_of == 40 + 16 and out[2:] == history[-4:]
+
+
+TARGET_POLICY = DEFAULT_POLICY.replace(summary_scope="target")
+
+
+def test_target_summary_covers_only_the_oldest_messages_it_needs() -> None:
+    h = Harness(FakeSummarizer(fixed(GOOD_SUMMARY)), policy=TARGET_POLICY)
+    history = agent_history(12)
+    budget = total_weight(history) - 2000  # a small overshoot
+    result = h.compactor.compact(history, budget_chars=budget, keep_recent=8)
+    out, covered = result.history, result.history[1].summary_of
+    assert 4 <= covered < len(history) - 1 - 8  # not the whole segment
+    cut = 1 + covered
+    assert history[cut].role != "tool" and snap_to_tool_boundary(history, cut) == cut  # a whole tool block
+    assert all(a is b for a, b in zip(out[2:], history[1 + covered :], strict=True))  # the rest untouched
+    assert total_weight(out) <= budget * TARGET_POLICY.summary_target_ratio
+    assert h.summarizer.calls == 1 and result.report.level == 2
+    assert_nothing_lost(history, out, h.store)
+
+
+def test_target_summary_larger_than_expected_is_followed_by_one_over_the_rest() -> None:
+    history = agent_history(12)
+    budget = total_weight(history) - 2000
+    answers = iter(["## Notes\n" + text(budget // 2, "big"), GOOD_SUMMARY])
+    h = Harness(FakeSummarizer(lambda _segment: next(answers)), policy=TARGET_POLICY)
+    result = h.compactor.compact(history, budget_chars=budget, keep_recent=8)
+    out = result.history
+    assert h.summarizer.calls == 2 and h.statuses().count(SUMMARIZING) == 2
+    assert [m.is_summary for m in out] == [False, True, True] + [False] * 8
+    assert out[1].summary_of + out[2].summary_of == len(history) - 1 - 8
+    assert "big" not in h.summarizer.prompts[1]  # the first summary is kept as it is
+    assert result.report.level == 2 and total_weight(out) <= budget
+    assert_nothing_lost(history, out, h.store)
+
+
+def test_trim_that_meets_the_budget_but_not_the_target_calls_no_summarizer() -> None:
+    h = Harness(FakeSummarizer(extractive), policy=TARGET_POLICY)
+    reasoning = "<reasoning>" + text(6000, "think") + "</reasoning>"
+    answer = Message.assistant(reasoning + "Done. " + text(2000))
+    history = [Message.system("sys"), Message.user("go"), answer]
+    trimmed = total_weight(trim_history(history, archive=MemoryArchive())[0])
+    result = h.compactor.compact(history, budget_chars=trimmed + 10, keep_recent=8)
+    assert trimmed > (trimmed + 10) * TARGET_POLICY.summary_target_ratio
+    assert result.report.level == 1 and h.summarizer.calls == 0
+
+
 # -- back-off ------------------------------------------------------------------------------
 
 
+def oversized(history: list[Message]) -> FakeSummarizer:
+    """A summarizer whose every answer alone weighs half of ``history``: no summary converges."""
+    return FakeSummarizer(fixed("## Notes\n" + text(total_weight(history) // 2, "n")))
+
+
 def test_summary_that_does_not_converge_backs_off_two_compactions() -> None:
-    h = Harness(FakeSummarizer(fixed(GOOD_SUMMARY)))
     history = agent_history(10, size=4000)
-    budget = total_weight(history[-8:]) // 2  # the recent messages alone are over budget
+    h = Harness(oversized(history))
+    budget = total_weight(history) // 2  # an empty summary would fit; this one alone fills the budget
     first = h.compactor.compact(history, budget_chars=budget, keep_recent=8)
     statuses = h.statuses()
     assert statuses[2] == SUMMARIZING
@@ -425,9 +583,9 @@ def test_converging_summary_sets_no_backoff() -> None:
 
 
 def test_backoff_is_per_compactor() -> None:
-    a, b = Harness(FakeSummarizer(fixed(GOOD_SUMMARY))), Harness(FakeSummarizer(fixed(GOOD_SUMMARY)))
     history = agent_history(10, size=4000)
-    budget = total_weight(history[-8:]) // 2
+    a, b = Harness(oversized(history)), Harness(oversized(history))
+    budget = total_weight(history) // 2
     a.compactor.compact(history, budget_chars=budget, keep_recent=8)
     assert a.compactor.backoff_remaining == 2 and b.compactor.backoff_remaining == 0
 
@@ -712,9 +870,9 @@ def test_manual_without_instruction_behaves_like_auto() -> None:
 
 
 def test_manual_instruction_bypasses_backoff() -> None:
-    h = Harness(FakeSummarizer(fixed(GOOD_SUMMARY)))
     history = agent_history(10, size=4000)
-    budget = total_weight(history[-8:]) // 2
+    h = Harness(oversized(history))
+    budget = total_weight(history) // 2
     h.compactor.compact(history, budget_chars=budget, keep_recent=8)
     assert h.compactor.backoff_remaining == 2
     h.compactor.compact(

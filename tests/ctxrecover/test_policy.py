@@ -78,6 +78,10 @@ SEED_DEFAULTS = {
     "summarizer_retries": 1,
     "summarizer_timeout_s": 180.0,
     "summary_min_messages": 4,
+    # Decision (issue 15, P6): a summary keeps earlier summaries as they are and covers what is new
+    "summary_scope": "incremental",
+    "summary_target_ratio": 0.75,
+    "summaries_budget_fraction": 0.1,
     "undo_depth": 5,
     "shrink_min_chars": 400,
     "default_max_tokens": 4096,
@@ -203,6 +207,12 @@ def test_zero_recovery_attempts_is_allowed_for_no_recovery_baselines() -> None:
             "Policy.context_engine must be 'provider', 'mcp:<server>' or an http(s) URL",
         ),
         ({"context_engine": "ftp://host/x"}, "Policy.context_engine must be 'provider'"),
+        (
+            {"summary_scope": "everything"},
+            "Policy.summary_scope must be one of 'segment', 'incremental', 'target' (got 'everything')",
+        ),
+        ({"summary_target_ratio": 0.0}, "Policy.summary_target_ratio must be a fraction in (0, 1]"),
+        ({"summaries_budget_fraction": 1.5}, "Policy.summaries_budget_fraction must be a fraction in (0, 1]"),
         (
             {"cap_strategy": "halving"},
             "Policy.cap_strategy must be one of 'three_quarters', 'bisection', 'none' (got 'halving')",

@@ -200,6 +200,22 @@ def test_render_segment_restores_a_stub_whose_original_fits() -> None:
     assert rendered == f"[user]: read it\n\n[tool]: {original}\n\n"
 
 
+@pytest.mark.parametrize(("kept", "restored"), [(4_900, True), (5_000, False), (7_500, False)])
+def test_render_segment_restores_only_a_message_holding_less_than_half_of_its_original(
+    kept: int, restored: bool
+) -> None:
+    # recovery Level 1 keeps head and tail of a long answer: the cut is read as it is, since
+    # restoring it would pay for the whole original to learn the part the cut left out
+    archive = MemoryArchive()
+    original = long_text(10_000)
+    key = archive.put(original)
+    note = f"\n... [truncated] ...\n{RECALL_SUFFIX}{marker(key)}]"
+    cut = original[: kept - len(note)] + note
+    assert len(cut) == kept
+    rendered = render_segment([Message.assistant(cut)], archive=archive, window_tokens=8192, prompt_chars=0)
+    assert rendered == f"[assistant]: {original if restored else cut}\n\n"
+
+
 def test_render_segment_feeds_an_earlier_summary_as_is() -> None:
     # The summary's marker points at the whole transcript it replaced: restoring it would
     # re-summarize the conversation from its start at every compaction.

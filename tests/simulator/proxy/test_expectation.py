@@ -36,10 +36,12 @@ def test_every_field_is_read_from_the_table(tmp_path: Path) -> None:
     expect = load(tmp_path, (
         'failure_kind = "waf_rejection"\ncompaction_level = 0\nrejected_requests = [1, 3]\n'
         f'cap_learned = true\nsummarizer = "refused"\nnotices = ["{LEARNED}"]\nfloor_warning = true\n'
+        "content_blocks = 1\nfinal_max_tokens = 8192\nrequests_over_cap = 0\n"
     ))
     assert expect == Expectation(
         "recovered", failure_kind="waf_rejection", compaction_level=0, floor_warning=True,
         summarizer="refused", notices=(LEARNED,), rejected_requests=(1, 3), cap_learned=True,
+        content_blocks=1, final_max_tokens=8192, requests_over_cap=0,
     )
     assert load(tmp_path, "rejected_requests = []\n").rejected_requests == ()
     assert load(tmp_path, "").rejected_requests is None  # not named: not checked
@@ -48,7 +50,7 @@ def test_every_field_is_read_from_the_table(tmp_path: Path) -> None:
 def test_the_fields_table_documents_every_field() -> None:
     assert list(EXPECT_FIELDS) == [
         "outcome", "failure_kind", "compaction_level", "rejected_requests", "cap_learned", "summarizer",
-        "notices", "floor_warning",
+        "notices", "floor_warning", "content_blocks", "final_max_tokens", "requests_over_cap",
     ]
     assert set(EXPECT_FIELDS) == {f.name for f in dataclasses.fields(Expectation)}
     doc = expectation_module.__doc__ or ""
@@ -61,7 +63,8 @@ PER_EPISODE = (
 )
 ERRORS = [
     ('notces = ["x"]\n', "[expect] has unknown key 'notces'; valid keys: outcome, failure_kind, "
-     "compaction_level, rejected_requests, cap_learned, summarizer, notices, floor_warning"),
+     "compaction_level, rejected_requests, cap_learned, summarizer, notices, floor_warning, content_blocks, "
+     "final_max_tokens, requests_over_cap"),
     ('notices = "⚠ Recoverable failure (%s)"\n', "[expect] notices must be a list of texts (SPEC texts, %s "
      "for any value), got '⚠ Recoverable failure (%s)'"),
     ('notices = ["ok", " "]\n', "[expect] notices[1] must be a non-empty text, got ' '"),
@@ -73,6 +76,13 @@ ERRORS = [
      "failed, overflowed, timed_out, cancelled, got 'lazy'"),
     ("compaction_level = -1\n", "[expect] compaction_level must be one of 0, 1, 2, 3, got -1"),
     ("floor_warning = 1\n", "[expect] floor_warning must be true or false, got 1"),
+    ("content_blocks = -1\n", "[expect] content_blocks must be an integer >= 0, got -1"),
+    ('content_blocks = "one"\n', "[expect] content_blocks must be an integer, got 'one'"),
+    ("final_max_tokens = 0\n", "[expect] final_max_tokens must be an integer >= 1, got 0"),
+    ("requests_over_cap = -2\n", "[expect] requests_over_cap must be an integer >= 0, got -2"),
+    ('failure_kind = "too_big"\n', "[expect] failure_kind must be one of context_overflow, "
+     "payload_too_large, waf_rejection, suspected_payload, malformed_history, output_truncated, "
+     "output_limit, auth, rate_limit, transient_network, other, ok, got 'too_big'"),
 ]
 
 
@@ -119,14 +129,15 @@ def test_a_notice_is_a_spec_text_whose_placeholders_stand_for_values(
 SEEN = Observed(
     outcome="recovered", failure_kinds=("waf_rejection",), compaction_level=2, rejected_requests=(1,),
     learned_cap=98_256, summarizer_calls=("answered", "answered"),
-    lines=(SHOWN, "✓ Summary applied (9 → 6 msgs)"),
+    lines=(SHOWN, "✓ Summary applied (9 → 6 msgs)"), content_blocks=((98_256, 98_256),),
+    final_max_tokens=4096,
 )
 
 
 def test_an_expectation_the_run_meets_has_no_problem() -> None:
     expect = Expectation("recovered", failure_kind="waf_rejection", compaction_level=2, summarizer="answered",
                          notices=(LEARNED, "✓ Summary applied (%d → %d msgs)"), rejected_requests=(1,),
-                         cap_learned=True)
+                         cap_learned=True, content_blocks=1, final_max_tokens=4096)
     assert expect.problems(SEEN) == []
 
 
@@ -143,10 +154,20 @@ def test_an_expectation_the_run_meets_has_no_problem() -> None:
     ({"notices": ("⚠ Summarization failed (%s) — falling back to truncation",)},
      "no line shown matches '⚠ Summarization failed (%s) — falling back to truncation'"),
     ({"floor_warning": True}, "no floor warning notice"),
+    ({"content_blocks": 0}, "1 content block(s), expected 0"),
+    ({"final_max_tokens": 8192}, "last request's max_tokens 4096, expected 8192"),
+    ({"requests_over_cap": 2}, "0 request(s) sent above the learned payload cap, expected 2"),
 ])
 def test_each_unmet_field_is_one_readable_problem(changes: dict[str, object], problem: str) -> None:
     expect = dataclasses.replace(Expectation("recovered"), **changes)
     assert expect.problems(SEEN) == [problem]
+
+
+def test_a_content_block_that_moved_the_learned_cap_is_a_problem_even_when_the_count_is_right() -> None:
+    moved = dataclasses.replace(SEEN, content_blocks=((None, 98_256), (98_256, 98_256)))
+    assert Expectation("recovered", content_blocks=2).problems(moved) == [
+        "a content block changed the learned cap (none → 98,256 bytes)"
+    ]
 
 
 def test_a_run_without_compaction_or_summarizer_meets_none_and_unused() -> None:

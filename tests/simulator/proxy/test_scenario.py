@@ -36,9 +36,12 @@ from simulator.proxy.scenario import (
 KB = 1024
 BUNDLED = (
     "anthropic-200k-overflow", "bedrock-window-misconfigured", "cloudflare-waf-403", "corporate-128k-waf",
-    "eof-mid-post-512k",
-    "floor-too-big", "gemini-1m-overflow", "header-431", "max-tokens-truncation", "nginx-1m-413",
-    "openai-128k-overflow", "rate-limit-429", "rst-after-256k", "summarizer-overflows", "summarizer-refuses",
+    "envoy-503-masks-413", "eof-mid-post-512k", "floor-too-big", "gemini-1m-overflow", "header-431",
+    "max-tokens-over-model-cap", "max-tokens-truncation", "nginx-1m-413", "openai-128k-overflow",
+    "rate-limit-429", "rst-after-128k-small-history", "rst-after-256k", "screenshots-128k-waf",
+    "summarizer-overflows", "summarizer-refuses", "tight-cap-1.2x-system-prompt",
+    "tight-cap-1.35x-system-prompt", "tight-cap-1.5x-system-prompt", "waf-content-block-after-large-bodies",
+    "waf-content-block-under-learned-cap",
 )
 
 
@@ -76,6 +79,18 @@ EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
     "summarizer-overflows": ("openai-chat", [], "ok", None),
     "floor-too-big": ("anthropic", ["body-cap"], "fail_fast_floor", "payload_too_large"),
     "rate-limit-429": ("openai-chat", ["rate-limit-429"], "no_compaction", "rate_limit"),
+    # the gateway model's scenarios (issue 10)
+    "envoy-503-masks-413": ("openai-chat", ["upstream-error"], "recovered", "transient_network"),
+    "max-tokens-over-model-cap": ("anthropic", [], "max_tokens_lowered", "output_limit"),
+    "rst-after-128k-small-history": ("anthropic", ["reset-after"], "recovered", "transient_network"),
+    "screenshots-128k-waf": ("anthropic", ["waf-403-html"], "recovered", "waf_rejection"),
+    "tight-cap-1.2x-system-prompt": ("anthropic", ["body-cap"], "recovered", "payload_too_large"),
+    "tight-cap-1.35x-system-prompt": ("openai-chat", ["body-cap"], "recovered", "payload_too_large"),
+    "tight-cap-1.5x-system-prompt": ("bedrock-converse", ["body-cap"], "recovered", "payload_too_large"),
+    "waf-content-block-after-large-bodies": ("anthropic", ["content-match"], "content_blocked",
+                                             "waf_rejection"),
+    "waf-content-block-under-learned-cap": ("anthropic", ["body-cap", "content-match"], "recovered",
+                                            "payload_too_large"),
 }
 
 
@@ -212,12 +227,12 @@ def test_json_scenarios_load_too(tmp_path: Path) -> None:
 ERRORS: list[tuple[str, str, str]] = [
     ("unknown-kind", VALID.replace('kind = "waf-403-html"', 'kind = "waf"'),
      "{file}: fault #1: unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
-     "close-after-body, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, reset-after, "
-     "slow-close, status-page, timeout, waf-403-html"),
+     "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
+     "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html"),
     ("missing-kind", VALID.replace('kind = "waf-403-html"\n', ""),
      "{file}: fault #1: kind is missing; valid kinds: bandwidth, bedrock-html-403, body-cap, "
-     "close-after-body, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, reset-after, "
-     "slow-close, status-page, timeout, waf-403-html"),
+     "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
+     "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html"),
     ("bad-size", VALID.replace('"129KB"', '"lots"'),
      "{file}: fault #1 (waf-403-html): min_bytes must be a size in bytes or a string such as \"128KB\" or "
      "\"1.5MB\", got 'lots'"),
@@ -252,15 +267,15 @@ ERRORS: list[tuple[str, str, str]] = [
     ("missing-description", VALID.replace('description = "A test scenario."', ""),
      "{file}: description is missing; add one line saying what the scenario shows"),
     ("bad-outcome", VALID.replace('"recovered"', '"fine"'),
-     "{file}: [expect] outcome must be one of ok, recovered, retried, escalated, no_compaction, "
-     "fail_fast_floor, failed, got 'fine'"),
+     "{file}: [expect] outcome must be one of ok, recovered, retried, escalated, max_tokens_lowered, "
+     "content_blocked, no_compaction, fail_fast_floor, failed, got 'fine'"),
     ("missing-expect", VALID.replace('[expect]\noutcome = "recovered"\n', ""),
      "{file}: [expect] section is missing; it needs outcome = one of ok, recovered, retried, escalated, "
-     "no_compaction, fail_fast_floor, failed"),
+     "max_tokens_lowered, content_blocked, no_compaction, fail_fast_floor, failed"),
     ("bad-failure-kind", VALID + 'failure_kind = "boom"\n',
      "{file}: [expect] failure_kind must be one of context_overflow, payload_too_large, waf_rejection, "
-     "suspected_payload, malformed_history, output_truncated, auth, rate_limit, transient_network, other, "
-     "ok, got 'boom'"),
+     "suspected_payload, malformed_history, output_truncated, output_limit, auth, rate_limit, "
+     "transient_network, other, ok, got 'boom'"),
     ("bad-level", VALID + "compaction_level = 4\n",
      "{file}: [expect] compaction_level must be one of 0, 1, 2, 3, got 4"),
     ("bad-behaviour", VALID + '\n[summarizer]\nbehaviour = "lazy"\n',
@@ -344,8 +359,9 @@ def test_parse_fault_spec(spec: str, fault: Fault) -> None:
 
 SPEC_ERRORS = [
     ("waf", "fault spec 'waf': unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
-            "close-after-body, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, reset-after, "
-            "slow-close, status-page, timeout, waf-403-html (form KIND[:VALUE...][:key=value...], e.g. "
+            "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
+            "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html (form "
+            "KIND[:VALUE...][:key=value...], e.g. "
             "body-cap:128KB:nginx)"),
     ("body-cap", "fault spec 'body-cap' (body-cap): limit is missing, e.g. body-cap:128KB:nginx or "
                  "body-cap:128KB:waf-403-html"),

@@ -24,6 +24,7 @@ from ctxrecover.archive import (
 )
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.passes import apply_microcompact, emergency_truncate, keep_last, shrink_to_budget
+from ctxrecover.passes.parts import archive_images, set_aside
 from simulator.recorder import CountingArchive
 from simulator.research import ledger as ledger_module
 from simulator.research.ledger import LOSS_FIELDS, Losses, LossLedger
@@ -246,6 +247,38 @@ def test_image_data_behind_a_marker_is_recoverable_while_it_is_stored() -> None:
     assert lost(shot, final, store) == Losses(image=len(PNG))  # named, not stored
     store.put(PNG)
     assert lost(shot, final, store) == Losses()
+
+
+def test_images_moved_to_the_archive_behind_their_notes_lose_nothing() -> None:
+    # archive_images leaves "[image archived — MEDIA, SIZE — … <<ccr:KEY>>]" after the text: the text before
+    # it is still the message's content, and the entry behind the note (a data: URL) holds the image's data.
+    original = agent_conversation()
+    store = MemoryArchive()
+    moved, report = archive_images(original, archive=store, keep_recent=1)
+    assert report.images_archived == 1 and moved[5].images == () and moved[5].content != original[5].content
+    assert lost(original, moved, store) == Losses()
+    assert lost(original, moved, MemoryArchive()) == Losses(image=len(PNG))  # the note names nothing stored
+    without_note = replaced(moved, 5, moved[5].replace(content=original[5].content))
+    assert lost(original, without_note, store) == Losses(image=len(PNG))  # stored, but nothing reaches it
+
+
+def test_a_message_set_aside_with_its_image_loses_nothing() -> None:
+    original = agent_conversation()
+    store = MemoryArchive()
+    history, key = set_aside(original, 5, archive=store)
+    assert PNG not in history[5].content and "here is the screen" not in history[5].content
+    assert lost(original, history, store) == Losses()
+    text_only = MemoryArchive()
+    text_only.put(store.get(key) or "")  # the message's text and its image note, not the image's data
+    assert lost(original, history, text_only) == Losses(image=len(PNG))
+
+
+def test_a_quoted_image_note_of_a_data_url_that_is_not_the_image_offers_nothing() -> None:
+    shot = [Message.user("here", images=(Image(data=PNG),))]
+    store = MemoryArchive()
+    other = store.put("data:image/png;base64,AAAA")
+    note = f"here\n[image archived — image/png, 4 B — recoverable via @recall {marker(other)}]"
+    assert lost(shot, [Message.user(note)], store) == Losses(image=len(PNG))
 
 
 def test_a_tool_call_archived_as_json_keeps_its_id_name_and_arguments() -> None:

@@ -41,6 +41,7 @@ FIXTURE_SIZES = {
     "chat-long-answers-600k.jsonl": 600_000,
     "small-tools-1m.jsonl": 1_000_000,
     "images-2m.jsonl": 2_000_000,
+    "screenshots-1m.jsonl": 1_000_000,
     "big-reads-3500k.jsonl": 3_500_000,
     "marathon-5m.jsonl": 5_000_000,
 }
@@ -257,6 +258,33 @@ def test_make_png_is_decodable():
         make_png(0, 3)
 
 
+def test_make_png_detail_draws_incompressible_pixels_and_keeps_the_plain_png_without_it():
+    plain = make_png(800, 600, seed=4)
+    detailed = make_png(800, 600, seed=4, detail=0.1)
+    assert make_png(800, 600, seed=4, detail=0.0) == plain
+    assert len(plain) < 5_000  # flat bands compress to almost nothing
+    assert 0.9 * 0.1 * 800 * 600 * 3 <= len(detailed) <= 1.1 * 0.1 * 800 * 600 * 3  # like a real screenshot
+    idat_length = struct.unpack(">I", detailed[33:37])[0]
+    rows = zlib.decompress(detailed[41 : 41 + idat_length])
+    assert len(rows) == 600 * (1 + 800 * 3) and rows[:: 1 + 800 * 3] == b"\x00" * 600
+    image = Image(data=base64.b64encode(detailed).decode(), media_type="image/png")
+    assert estimate_image_tokens(image) == 800 * 600 // 750
+    with pytest.raises(ValueError, match=r"make_png detail is a share of each row: give a value in \[0, 1\]"):
+        make_png(4, 4, detail=1.5)
+
+
+def test_image_detail_makes_heavy_screenshots_and_is_recorded_only_when_used():
+    heavy = generate_session(seed=5, turns=3, image_every=1, image_detail=0.1)
+    light = generate_session(seed=5, turns=3, image_every=1)
+    assert heavy.metadata["options"]["image_detail"] == 0.1
+    assert "image_detail" not in light.metadata["options"]  # sessions made before the option are unchanged
+    sizes = [len(i.data or "") for m in heavy.messages for i in m.images]
+    assert sizes and min(sizes) > 20_000
+    assert [m.content for m in heavy.messages] == [m.content for m in light.messages]  # only pixels differ
+    with pytest.raises(ValueError, match=r"image_detail is a share of each row: give a value in \[0, 1\]"):
+        generate_session(seed=5, turns=1, image_detail=-0.1)
+
+
 # -- committed fixtures ---------------------------------------------------------------
 
 
@@ -286,6 +314,8 @@ def test_fixture_shapes_differ_as_described():
     assert not any(m.tool_calls for m in load("chat-50k.jsonl").messages)
     assert len(load("floor-system-prompt-300k.jsonl").messages[0].content) == 100_000
     assert sum(len(m.images) for m in load("images-2m.jsonl").messages) >= 20
+    shots = [len(i.data or "") for m in load("screenshots-1m.jsonl").messages for i in m.images]
+    assert len(shots) >= 6 and min(shots) > 20_000 and max(shots) > 128 * 1024  # one is over a 128 KB WAF
     small = load("small-tools-1m.jsonl").messages
     results = sorted(len(m.content) for m in small if m.role == "tool")
     assert len(results) > 500 and results[len(results) // 2] < 1_000
