@@ -18,7 +18,7 @@ histories, requests, sizes and reports.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ctxrecover.archive import Archive
@@ -63,6 +63,16 @@ class TurnPasses:
         self._state = TurnState.new(wire_format, model=model)
         self._sent = SizedHistory(wire_format, model=model)
 
+    @contextlib.contextmanager
+    def _stepping(self) -> Iterator[None]:
+        """Around incremental steps: one that raises (an archive refusing a write, say) has consumed
+        the state half-way, so the next step starts from a fresh state, which re-indexes the history."""
+        try:
+            yield
+        except BaseException:
+            self._state = TurnState.new(self.wire_format, model=self.model)
+            raise
+
     def _attributed(self, source: str) -> contextlib.AbstractContextManager[None]:
         attributed = getattr(self.archive, "attributed", None)
         return attributed(source) if attributed is not None else contextlib.nullcontext()
@@ -82,9 +92,10 @@ class TurnPasses:
         with self._attributed("microcompact"):
             if not self.incremental:
                 return apply_microcompact(history, archive=self.archive, **self._micro_options())
-            history, report, self._state = microcompact_step(
-                history, self._state, archive=self.archive, **self._micro_options()
-            )
+            with self._stepping():
+                history, report, self._state = microcompact_step(
+                    history, self._state, archive=self.archive, **self._micro_options()
+                )
         return history, report
 
     def dedup(self, history: list[Message]) -> list[Message]:
@@ -92,7 +103,8 @@ class TurnPasses:
         with self._attributed("dedup"):
             if not self.incremental:
                 return dedup_repeated_reads(history, archive=self.archive)[0]
-            history, _, self._state = dedup_step(history, self._state, archive=self.archive)
+            with self._stepping():
+                history, _, self._state = dedup_step(history, self._state, archive=self.archive)
         return history
 
     def age_skills(self, history: list[Message]) -> tuple[list[Message], SkillAgingReport]:
@@ -101,9 +113,10 @@ class TurnPasses:
         with self._attributed("skills"):
             if not self.incremental:
                 return age_skill_blocks(history, archive=self.archive, age_turns=age_turns)
-            history, report, self._state = age_skills_step(
-                history, self._state, archive=self.archive, age_turns=age_turns
-            )
+            with self._stepping():
+                history, report, self._state = age_skills_step(
+                    history, self._state, archive=self.archive, age_turns=age_turns
+                )
         return history, report
 
     def outgoing(self, history: list[Message], *, budget_chars: int, max_chars: int) -> list[Message]:
@@ -123,15 +136,16 @@ class TurnPasses:
             with self._attributed("tool_budget"):
                 outgoing, _ = enforce_tool_result_budget(outgoing, archive=archive, **limits)
             return outgoing
-        state = self._state
-        with self._attributed("pairing"):
-            outgoing, _, state = pairing_step(history, state, archive=archive)
-        with self._attributed("tool_budget"):
-            if outgoing is history:
-                outgoing, _, state = tool_budget_step(history, state, archive=archive, **limits)
-            else:  # a repaired copy of a malformed history: budgeted in full
-                outgoing, _ = enforce_tool_result_budget(outgoing, archive=archive, **limits)
-        self._state = state
+        with self._stepping():
+            state = self._state
+            with self._attributed("pairing"):
+                outgoing, _, state = pairing_step(history, state, archive=archive)
+            with self._attributed("tool_budget"):
+                if outgoing is history:
+                    outgoing, _, state = tool_budget_step(history, state, archive=archive, **limits)
+                else:  # a repaired copy of a malformed history: budgeted in full
+                    outgoing, _ = enforce_tool_result_budget(outgoing, archive=archive, **limits)
+            self._state = state
         return outgoing
 
     def history_bytes(self, history: Sequence[Message], *, max_tokens: int | None, tools: Any) -> int:
