@@ -270,8 +270,8 @@ def run(
         session_level2_dropped_chars=_dropped_chars(entered, kept_l2),
         session_level2_archived_chars=session_archive.total_chars,
     )
-    result["passed_session"] = (result["ratio_session"] < TARGET_RATIO
-                                and result["session_level2_archived_chars"] >= result["session_level2_dropped_chars"])
+    archived_all = result["session_level2_archived_chars"] >= result["session_level2_dropped_chars"]
+    result["passed_session"] = result["ratio_session"] < TARGET_RATIO and archived_all
     result["passed"] = result["ratio_langchain"] < TARGET_RATIO and result["level3_kept_chars"] <= budget
     return result
 

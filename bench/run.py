@@ -85,10 +85,10 @@ def _p1(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     sizing = bench_sizing.run()
     name, fmt = max(sizing["formats"].items(), key=lambda item: item[1]["ratio"])
     exact = all(f["exact"] for f in sizing["formats"].values())
-    turn_detail = (f"turn {turn['turn_ms']:.2f} ms (body assembly {turn['render_ms']:.2f}, httpx post + reply "
-                   f"{turn['post_ms']:.2f}, session passes {turn['session_ms']:.2f}) vs json.dumps "
-                   f"{turn['dumps_ms']:.1f} ms of the {turn['body_bytes'] / 1e6:.1f} MB body; median of "
-                   f"{turn['turns_timed']} turns, {turn['compactions']} compactions")
+    turn_detail = (f"turn {turn['turn_ms']:.2f} ms (body assembly {turn['render_ms']:.2f}, "
+                   f"httpx post + reply {turn['post_ms']:.2f}, session passes {turn['session_ms']:.2f}) "
+                   f"vs json.dumps {turn['dumps_ms']:.1f} ms of the {turn['body_bytes'] / 1e6:.1f} MB body; "
+                   f"median of {turn['turns_timed']} turns, {turn['compactions']} compactions")
     tracker_detail = (f"component only (not a turn): worst of 5 wire formats ({name}), append + check "
                       f"{fmt['append_check_ms'] * 1e3:.1f} µs vs json.dumps {fmt['full_dumps_ms']:.1f} ms; "
                       f"exact sizes: {exact}")
@@ -212,10 +212,11 @@ def _recovery(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
 
 
 def _p5_detail(m: dict[str, Any]) -> str:
-    kinds = ", ".join(f"{kind} {k['rejected_per_episode']:.2f} ({k['episodes']})" for kind, k in m["by_kind"].items())
+    kinds = ", ".join(f"{kind} {k['rejected_per_episode']:.2f} ({k['episodes']})"
+                      for kind, k in m["by_kind"].items())
     over = "; ".join(f"{r['scenario']} ({r['kind']}) {r['rejected']}" for r in m["over_one"]) or "none"
-    return (f"{m['episodes']} episodes, {m['recovered_episodes']} recovered; by first failure kind (episodes): "
-            f"{kinds}; episodes over 1 request: {over}")
+    return (f"{m['episodes']} episodes, {m['recovered_episodes']} recovered; by first failure kind "
+            f"(episodes): {kinds}; episodes over 1 request: {over}")
 
 
 def _p7(quick: bool) -> tuple[dict[str, Any], list[Measure]]:

@@ -431,7 +431,8 @@ def test_tracker_sizes_other_envelopes_of_the_same_history(fmt: WireFormat) -> N
     tracker = WireSizeTracker(fmt, model="m")
     tracker.reset(history)
     extra = {"temperature": 0.5}
-    for max_tokens, tools, more in ((None, None, None), (50, TOOLS, None), (7, None, extra), (7, TOOLS, extra)):
+    cases = ((None, None, None), (50, TOOLS, None), (7, None, extra), (7, TOOLS, extra))
+    for max_tokens, tools, more in cases:
         body = render_request(history, fmt, model="m", max_tokens=max_tokens, tools=tools, extra=more)
         assert tracker.size_for(max_tokens, tools, more) == len(encode_body(body))
     assert tracker.size == len(encode_body(render_request(history, fmt, model="m")))
