@@ -80,3 +80,44 @@ def test_bad_or_unusual_bodies_raise_or_return_as_json_loads(raw: bytes) -> None
     else:
         assert decoder.loads(raw) == expected
     assert decoder.loads(b'{"messages":[123]}') == {"messages": [123]}  # "1" is a prefix of "123"
+
+
+class _CountingDict(dict):  # type: ignore[type-arg]
+    reads = 0
+
+    def get(self, *args: object) -> object:
+        _CountingDict.reads += 1
+        return super().get(*args)
+
+
+def _tally(wire: object, body: dict[str, object]) -> tuple[int, int, int]:
+    from simulator.providers.wire import Tally
+
+    tally = Tally()
+    wire.analyse(body, tally)  # type: ignore[attr-defined]
+    return tally.message_count, tally.chars, tally.images
+
+
+def test_openai_chat_analysis_resumes_after_the_very_messages_it_saw_last() -> None:
+    from simulator.providers.openai import OpenAIChatWire
+    from simulator.providers.wire import Invalid
+
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    prefix = [_CountingDict(role="user", content="read it"),
+              _CountingDict(role="assistant", content=None, tool_calls=[call])]
+    wire = OpenAIChatWire()
+    with pytest.raises(Invalid):  # the call is still unanswered: rejected, but the walk is kept
+        _tally(wire, {"model": "m", "messages": prefix})
+    resent = [*prefix, {"role": "tool", "tool_call_id": "c1", "content": "data"},
+              {"role": "image", "content": "x"}]
+    _CountingDict.reads = 0
+    with pytest.raises(Invalid) as resumed:
+        _tally(wire, {"model": "m", "messages": resent})
+    assert _CountingDict.reads == 0  # the resent prefix was not walked again
+    with pytest.raises(Invalid) as fresh:
+        _tally(OpenAIChatWire(), {"model": "m", "messages": json.loads(json.dumps(resent))})
+    assert (resumed.value.message, resumed.value.param) == (fresh.value.message, fresh.value.param)
+    answered = resent[:3]
+    assert _tally(wire, {"model": "m", "messages": answered}) == _tally(
+        OpenAIChatWire(), {"model": "m", "messages": json.loads(json.dumps(answered))})
+    assert _CountingDict.reads == 0
