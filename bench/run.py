@@ -356,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = json.dumps(results, indent=2, ensure_ascii=False, default=str)
         RESULTS_JSON.write_text(text + "\n", encoding="utf-8")
         header = (f"Measured {date} on {machine['platform']}, Python {machine['python']}, "
-                  f"{machine['cpus']} CPUs (load average {load_before[0]:.1f} at the start) "
+                  f"{machine['cpus']} CPUs (load average {load_before[0]:.1f} at the start, "
+                  f"{machine['load_average_after'][0]:.1f} at the end) "
                   "by `python bench/run.py`.")
         rewrite_benchmarks_md(BENCHMARKS_MD, table_lines(measures), header)
         print(f"wrote {RESULTS_JSON} and the table of {BENCHMARKS_MD}")
