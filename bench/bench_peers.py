@@ -15,6 +15,15 @@ target size in characters, in one run:
     freshly built history, so no per-message cache is warm.
 
 It reports (b)/(a); the target is < 1 (faster while also archiving what it drops).
+
+**P3.session** — the cut users hit: recovery Level 2
+(:class:`~ctxrecover.recovery.Level2`: pairing repair, keep the last
+``emergency_keep_messages``, archive the dropped range, repair again) on a history
+whose messages entered through a :class:`~ctxrecover.session.Session` (so each
+message's archive keys were computed as it was appended, untimed, as a
+conversation spreads them over its turns), against ``trim_messages`` keeping the
+same messages (budget: the system prompt plus the last ten messages' characters).
+Target < 1, everything Level 2 drops archived.
 For reference: the same Level 3 with an archive that stores nothing (what the cut
 itself costs, without the content-addressing of the dropped text: UTF-8 encoding and
 sha256 of megabytes) and a whole :meth:`HistoryCompactor.compact` without a summarizer
@@ -36,13 +45,18 @@ from typing import Any
 
 from bench_compaction import build_history
 
-from ctxrecover.archive import Archive, MemoryArchive
+from ctxrecover.archive import Archive, MemoryArchive, archive_range
 from ctxrecover.compactor import HistoryCompactor
 from ctxrecover.messages import Message
+from ctxrecover.passes.pairing import validate_pairing
 from ctxrecover.passes.shrink import shrink_to_budget
 from ctxrecover.passes.truncate import emergency_truncate
 from ctxrecover.policy import DEFAULT_POLICY
+from ctxrecover.recovery import Level2, RecoveryContext
+from ctxrecover.recovery.ladder import content_chars
+from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
+from ctxrecover.wire import WireFormat
 
 MESSAGES = 2_000
 TARGET_BYTES = 5 * 1024 * 1024
@@ -87,6 +101,55 @@ def ctxrecover_compactor(history: list[Message], budget: int) -> list[Message]:
     """A whole planned compaction without a summarizer: trim, then Level 3."""
     compactor = HistoryCompactor(DEFAULT_POLICY, MemoryArchive())
     return compactor.compact(history, budget_chars=budget, keep_recent=KEEP_RECENT).history
+
+
+class _NoSender:
+    """The sender of a Session that never completes a turn (P3.session only cuts its history)."""
+
+    wire_format = WireFormat.OPENAI_CHAT
+    model = "bench-model"
+
+    def send(self, request: Any) -> Any:
+        raise AssertionError("P3.session sends nothing")
+
+
+def session_history(history: list[Message], archive: MemoryArchive) -> tuple[Session, list[Message]]:
+    """``history`` entered through a Session (archive keys computed on append) and the session's copy."""
+    session = Session(_NoSender(), archive=archive)
+    for message in history:
+        session.add(message)
+    return session, session.history
+
+
+def session_level2(session: Session, history: list[Message]) -> list[Message]:
+    """Recovery Level 2 on the session's history with the session's archive (as its ladder runs it)."""
+    kept, _ = Level2()(history, RecoveryContext.from_policy(session.policy, session.archive))
+    return kept
+
+
+def _dropped_chars(before: list[Message], after: list[Message]) -> int:
+    """Content chars of the messages of ``before`` that are not in ``after``."""
+    kept = {id(m) for m in after}
+    return sum(len(m.content) for m in before if id(m) not in kept)
+
+
+def level2_parts(entered: list[Message], kept: list[Message]) -> dict[str, float]:
+    """Seconds of Level 2's parts, each timed alone on the same history (the profile of P3.session):
+    the pairing check (run twice: before and after the cut), the content-chars count of its report,
+    and archiving the dropped range (keys memoized on append: an index entry and dict updates)."""
+    survivors = {id(m) for m in kept}
+    dropped = [m for m in entered if id(m) not in survivors and m.role != "system"]
+    timed = {
+        "validate_pairing": lambda: validate_pairing(entered),
+        "content_chars": lambda: content_chars(entered),
+        "archive_range": lambda: archive_range(MemoryArchive(), dropped),
+    }
+    return {part: _timed(fn)[0] for part, fn in timed.items()}
+
+
+def level2_budget(history: list[Message]) -> int:
+    """Chars of the system prompt and the last ``emergency_keep_messages``: what Level 2 keeps."""
+    return total_weight(history[:1]) + total_weight(history[-DEFAULT_POLICY.emergency_keep_messages:])
 
 
 def to_langchain(history: list[Message]) -> list[Any]:
@@ -149,7 +212,14 @@ def run(
     except ImportError:
         return {**result, "skipped": SKIPPED, "passed": None}
     converted = to_langchain(history)
-    times: dict[str, list[float]] = {"langchain": [], "level3": [], "level3_no_archive": [], "compactor": []}
+    times: dict[str, list[float]] = {"langchain": [], "level3": [], "level3_no_archive": [], "compactor": [],
+                                     "langchain_l2": [], "session_level2": []}
+    trim_l2 = langchain_trim(level2_budget(history))
+    kept_l2: list[Message] = []
+    kept_lc_l2: list[Any] = []
+    session_archive = MemoryArchive()
+    entered: list[Message] = []
+    parts: dict[str, list[float]] = {}
     kept_lc: list[Any] = []
     kept: list[Message] = []
     archive = MemoryArchive()
@@ -166,6 +236,15 @@ def run(
         fresh = build_history(messages=messages, target_bytes=target_bytes)
         elapsed, _ = _timed(lambda: ctxrecover_compactor(fresh, budget))  # noqa: B023
         times["compactor"].append(elapsed)
+        elapsed, kept_lc_l2 = _timed(lambda: trim_l2(converted))
+        times["langchain_l2"].append(elapsed)
+        session_archive = MemoryArchive()
+        session, entered = session_history(build_history(messages=messages, target_bytes=target_bytes),
+                                           session_archive)
+        elapsed, kept_l2 = _timed(lambda: session_level2(session, entered))  # noqa: B023
+        times["session_level2"].append(elapsed)
+        for part, elapsed in level2_parts(entered, kept_l2).items():
+            parts.setdefault(part, []).append(elapsed)
     ms = {name: statistics.median(samples) * 1e3 for name, samples in times.items()}
     lc_chars = sum(len(m.content) for m in kept_lc)
     result.update(
@@ -182,7 +261,17 @@ def run(
         level3_kept_messages=len(kept),
         level3_kept_chars=total_weight(kept),
         level3_archived_chars=archive.total_chars,
+        langchain_l2_ms=ms["langchain_l2"],
+        session_level2_ms=ms["session_level2"],
+        ratio_session=ms["session_level2"] / ms["langchain_l2"],
+        session_level2_parts_ms={part: statistics.median(v) * 1e3 for part, v in parts.items()},
+        langchain_l2_kept_messages=len(kept_lc_l2),
+        session_level2_kept_messages=len(kept_l2),
+        session_level2_dropped_chars=_dropped_chars(entered, kept_l2),
+        session_level2_archived_chars=session_archive.total_chars,
     )
+    archived_all = result["session_level2_archived_chars"] >= result["session_level2_dropped_chars"]
+    result["passed_session"] = result["ratio_session"] < TARGET_RATIO and archived_all
     result["passed"] = result["ratio_langchain"] < TARGET_RATIO and result["level3_kept_chars"] <= budget
     return result
 

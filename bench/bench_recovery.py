@@ -7,13 +7,13 @@ smallest rejected size) and the ``summarize-everything`` baseline (OpenHands'
 summarizing condenser: the whole history but the last two messages becomes one LLM
 summary, nothing archived).
 
-- **P5** — rejected requests per proxy-failure episode (an episode is a run of
-  rejected attempts of one turn, :func:`simulator.research.metrics.episodes`; proxy failures
-  are ``payload_too_large``, ``waf_rejection`` and ``suspected_payload``), for the ¾
-  rule and bisection side by side. The headline counts body-size failures; a 431
-  (the *headers* are too large, which no history compaction can fix, so every
-  attempt is spent by design) is reported separately. Target ≤ 1.1 (physical limit 1:
-  the first rejection is how the cap is discovered).
+- **P5** — rejected requests per failure episode (an episode is a run of rejected
+  attempts of one turn, :func:`simulator.research.metrics.episodes`) over *every*
+  episode kind — 413, WAF 403, content blocks, suspected-payload EOF/resets, 503s
+  masking a 413, 431s, tight caps, context overflows, rate limits — for the ¾ rule
+  and bisection side by side, with a breakdown by first failure kind and the
+  episodes that cost more than one request. Target ≤ 1.1 (physical limit 1: the
+  first rejection is how a limit is discovered).
 - **P6** — summarizer USD per 100 completed turns, default ÷ summarize-everything,
   over the scenarios where both policies end the same way (equal recovery success).
   Target ≤ 0.5. Beside the cost: summarizer calls, chars lost, fact survival (planted
@@ -32,14 +32,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ctxrecover.policy import DEFAULT_POLICY, SUMMARY_SCOPES, Policy
-from simulator.proxy.faults import HeaderCap
 from simulator.proxy.scenario import list_scenarios, load_scenario
 from simulator.replay import ReplayResult, replay
 from simulator.research.baselines import BASELINES
 from simulator.research.metrics import episodes
 from simulator.research.retention import fact_survival
 
-PROXY_FAILURES = frozenset({"payload_too_large", "waf_rejection", "suspected_payload"})
+PLAIN_RETRY_KINDS = frozenset({"transient_network"})  # SPEC §6: one plain retry before compacting
 POLICIES = {  # key → baseline name (None: the default policy)
     "three_quarters": None,
     "bisection": "cap-bisection",
@@ -59,19 +58,14 @@ def replay_matrix(
     return {name: replay(None, load_scenario(name), policy=base, strategy=strategy) for name in scenarios}
 
 
-def _header_capped(result: ReplayResult) -> bool:
-    return any(isinstance(fault, HeaderCap) for fault in result.scenario.faults)
-
-
-def proxy_episodes(results: dict[str, ReplayResult]) -> list[dict[str, Any]]:
-    """The proxy-failure episodes of a matrix: scenario, kind, rejected requests, recovered, header cap."""
+def episode_rows(results: dict[str, ReplayResult]) -> list[dict[str, Any]]:
+    """Every failure episode of a matrix, whatever its kind: scenario, kind, rejected requests, recovered."""
     rows = []
     for name, result in results.items():
         frame = episodes(result.frame)
         for kind, rejected, recovered in frame[EPISODE_COLUMNS].itertuples(index=False):
-            if kind in PROXY_FAILURES:
-                rows.append({"scenario": name, "kind": kind, "rejected": int(rejected),
-                             "recovered": bool(recovered), "header_cap": _header_capped(result)})
+            rows.append({"scenario": name, "kind": str(kind), "rejected": int(rejected),
+                         "recovered": bool(recovered)})
     return rows
 
 
@@ -80,16 +74,29 @@ def _mean(values: list[int]) -> float | None:
 
 
 def efficiency(results: dict[str, ReplayResult]) -> dict[str, Any]:
-    """P5 numbers for one policy."""
-    rows = proxy_episodes(results)
-    body = [r for r in rows if not r["header_cap"]]
+    """P5 numbers for one policy: every episode kind, with a breakdown by kind and by scenario.
+
+    ``plain_retries`` counts the second request of each reset/503 episode (``transient_network``)
+    that was rejected again: SPEC §6 retries a transient failure once as it was before compacting,
+    so that request is spent by rule; ``rejected_per_episode_after_plain_retry`` leaves it out.
+    """
+    rows = episode_rows(results)
+    by_kind: dict[str, list[int]] = {}
+    for row in rows:
+        by_kind.setdefault(row["kind"], []).append(row["rejected"])
+    plain = sum(1 for r in rows if r["kind"] in PLAIN_RETRY_KINDS and r["rejected"] > 1)
+    rejected = sum(r["rejected"] for r in rows)
     return {
-        "episodes": len(body),
-        "rejected_per_episode": _mean([r["rejected"] for r in body]),
-        "recovered_episodes": sum(r["recovered"] for r in body),
-        "episodes_incl_header_cap": len(rows),
-        "rejected_per_episode_incl_header_cap": _mean([r["rejected"] for r in rows]),
-        "by_scenario": {r["scenario"]: r["rejected"] for r in rows},
+        "episodes": len(rows),
+        "rejected": rejected,
+        "rejected_per_episode": _mean([r["rejected"] for r in rows]),
+        "recovered_episodes": sum(r["recovered"] for r in rows),
+        "plain_retries": plain,
+        "rejected_per_episode_after_plain_retry": (rejected - plain) / len(rows) if rows else None,
+        "by_kind": {kind: {"episodes": len(v), "rejected_per_episode": statistics.fmean(v)}
+                    for kind, v in sorted(by_kind.items())},
+        "over_one": [r for r in rows if r["rejected"] > 1],
+        "rows": rows,
     }
 
 
@@ -170,12 +177,16 @@ def run(*, scenarios: Sequence[str] | None = None) -> dict[str, Any]:
 def main() -> int:
     result = run()
     p5, p6 = result["P5"], result["P6"]
-    print(f"P5 — rejected requests per proxy-failure episode ({len(result['scenarios'])} scenarios)")
-    print(f"{'cap learning':<16}{'episodes':>9}{'rejected/ep':>13}{'recovered':>11}{'incl. 431':>11}")
+    print(f"P5 — rejected requests per failure episode, every kind ({len(result['scenarios'])} scenarios)")
+    print(f"{'cap learning':<16}{'episodes':>9}{'rejected/ep':>13}{'recovered':>11}{'w/o plain retry':>17}")
     for key, label in (("three_quarters", "¾ rule"), ("bisection", "bisection")):
         m = p5[key]
         print(f"{label:<16}{m['episodes']:>9}{m['rejected_per_episode']:>13.2f}{m['recovered_episodes']:>11}"
-              f"{m['rejected_per_episode_incl_header_cap']:>11.2f}")
+              f"{m['rejected_per_episode_after_plain_retry']:>17.2f}")
+        for kind, k in m["by_kind"].items():
+            print(f"  {kind:<22}{k['episodes']:>4} episodes {k['rejected_per_episode']:.2f}")
+        for row in m["over_one"]:
+            print(f"  > 1: {row['scenario']} ({row['kind']}): {row['rejected']} rejected")
     print(f"target ≤ {p5['target']} — {'PASS' if p5['passed'] else 'FAIL'}")
     equal = len(p6["equal_outcome_scenarios"])
     print(f"\nP6 — summarizer USD per {TURNS_PER_UNIT} turns on {equal} scenarios with equal outcomes")

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ctxrecover import catalog
-from ctxrecover.archive import Archive, MemoryArchive, SessionArchive
+from ctxrecover.archive import Archive, MemoryArchive, SessionArchive, member_keys
 from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.compactor import CompactionReport, HistoryCompactor
 from ctxrecover.errors import (
@@ -61,13 +61,9 @@ from ctxrecover.errors import (
 )
 from ctxrecover.events import Event, EventBus, SessionStats
 from ctxrecover.messages import Message, check_encodable
-from ctxrecover.passes.dedup_reads import dedup_repeated_reads
-from ctxrecover.passes.floor import age_skill_blocks
-from ctxrecover.passes.microcompact import apply_microcompact
-from ctxrecover.passes.pairing import repair_pairing
 from ctxrecover.passes.parts import archive_images, set_aside
-from ctxrecover.passes.tool_budget import enforce_tool_result_budget
 from ctxrecover.passes.truncate import leading_system_count
+from ctxrecover.passes.turn import TurnPasses
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.recovery import (
     CONTENT_BLOCK_CODE,
@@ -96,7 +92,7 @@ from ctxrecover.recovery.diagnosis import (
 )
 from ctxrecover.recovery.escalation import OutputEscalation
 from ctxrecover.senders import ChatRequest, ChatResponse, Sender
-from ctxrecover.sizes import char_budget, image_chars, image_tokens, total_weight
+from ctxrecover.sizes import char_budget, total_weight
 from ctxrecover.summarize import (
     CancelToken,
     ContextEngine,
@@ -207,6 +203,13 @@ class Session:
     ``gateway`` starts the session from a known :class:`~ctxrecover.recovery.GatewayModel`
     (default: none learned, ``policy.payload_cap`` configured, ``policy.cap_strategy``);
     ``classifier`` replaces :func:`~ctxrecover.classify.classify` (same signature).
+
+    A turn costs what changed since the last one, not the whole history: the
+    turn-boundary passes and every size a decision reads are kept incrementally
+    (:class:`~ctxrecover.passes.turn.TurnPasses`), and each message's archive keys
+    are computed once, as it enters (:func:`~ctxrecover.archive.member_keys`).
+    ``incremental=False`` runs every pass over the whole history at every turn
+    instead: the same results, the reference the incremental path is tested against.
     """
 
     def __init__(
@@ -233,6 +236,7 @@ class Session:
         transient_retries: int = TRANSIENT_RETRIES,
         sleep: Callable[[float], None] = time.sleep,
         classifier: Callable[..., Failure] = classify,
+        incremental: bool = True,
     ) -> None:
         if mode not in ("agent", "chat"):
             raise ValueError(f"mode must be 'agent' or 'chat', got {mode!r}")
@@ -281,6 +285,9 @@ class Session:
         )
         self._transient_retries = transient_retries
         self._sleep = sleep
+        self.passes = TurnPasses(
+            self.policy, self.archive, self.wire_format, model=self.model, incremental=incremental
+        )
         self._history = self._admitted(history, start=0)
         self._env_reported = False
 
@@ -342,6 +349,8 @@ class Session:
                     index=index,
                 )
             check_encodable(message, index=index)
+        for message in admitted:
+            member_keys(message)  # archive on append: hashed now, so a later cut stores by key
         return admitted
 
     def set_aside(self, index: int) -> str:
@@ -446,6 +455,7 @@ class Session:
                     turn.max_tokens = grown
                     request = self._prologue(turn.max_tokens, cancel)
                     continue
+            member_keys(response.message)
             self._history.append(response.message)
             return response.message
 
@@ -462,7 +472,7 @@ class Session:
         """
         size = getattr(exc, "request_bytes", None)
         size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
-        history_chars = total_weight(self._history)
+        history_chars = self.passes.weight(self._history)
         failure = self._classify(exc, request_bytes=size, history_chars=history_chars)
         self.stats.rejected_requests += 1
         if failure.kind is FailureKind.MALFORMED_HISTORY:
@@ -550,13 +560,8 @@ class Session:
             self.events.emit(notice)
 
     def _size_of(self, request: ChatRequest) -> int:
-        return request_size(
-            request.messages,
-            self.wire_format,
-            model=self.model,
-            max_tokens=request.max_tokens,
-            tools=request.tools,
-            extra=request.extra or None,
+        return self.passes.request_bytes(
+            request.messages, max_tokens=request.max_tokens, tools=request.tools, extra=request.extra or None
         )
 
     def _body_key(self, request: ChatRequest) -> str:
@@ -701,35 +706,25 @@ class Session:
     def _prologue(self, max_tokens: int | None, cancel: CancelToken | None) -> ChatRequest:
         """SPEC §3 order: microcompact, dedup, pre-flight, compaction, then the outgoing copy."""
         self.archive.track(LIVE_HISTORY, self._history)  # messages appended in place since
-        policy, history = self.policy, self._history
-        with self.archive.attributed("microcompact"):
-            history, micro = apply_microcompact(
-                history,
-                archive=self.archive,
-                truncate_turns=policy.microcompact_truncate_turns,
-                summarize_turns=policy.microcompact_summarize_turns,
-                head_chars=policy.microcompact_head_chars,
-                tail_chars=policy.microcompact_tail_chars,
-                min_content=policy.microcompact_min_content,
-            )
+        policy, passes = self.policy, self.passes
+        history, micro = passes.microcompact(self._history)
         if micro.truncated or micro.summarized:
             self.events.notice("microcompact", micro.notice)
-        with self.archive.attributed("dedup"):
-            history, _ = dedup_repeated_reads(history, archive=self.archive)
-        with self.archive.attributed("skills"):
-            history, aging = age_skill_blocks(history, archive=self.archive, age_turns=policy.skill_age_turns)
+        history = passes.dedup(history)
+        history, aging = passes.age_skills(history)
         if aging.blocks_archived:
             self.events.notice("skill_aging", aging.notice)
         self._history = history
 
         system_count = leading_system_count(history)
         base = self._request_bytes(history[:system_count], max_tokens)
-        check = preflight(self._request_bytes(history, max_tokens), self._gateway, policy, base_bytes=base)
+        size = passes.history_bytes(history, max_tokens=max_tokens, tools=self.tools)
+        check = preflight(size, self._gateway, policy, base_bytes=base)
         self._gateway = check.gateway
         if check.notice is not None:
             self.events.emit(check.notice)
         budget = self.char_budget(check.budget_ratio_override, max_tokens=max_tokens)
-        if total_weight(self._history) > budget:
+        if passes.weight(self._history) > budget:
             self._compact_to(budget, "auto", cancel)
         request = self._outgoing(max_tokens)
         # Under a payload cap the real bytes decide. Each round tightens the budget to the
@@ -742,7 +737,7 @@ class Session:
             size = self._size_of(request)
             if not cap or size <= cap:
                 return request
-            budget = int(min(budget, total_weight(self._history)) * cap / size * BYTE_FIT_MARGIN)
+            budget = int(min(budget, passes.weight(self._history)) * cap / size * BYTE_FIT_MARGIN)
             changed = self._compact_to(budget, "auto", cancel, keep_recent=keep)
             if not changed and keep <= BYTE_FIT_MIN_KEEP:
                 break
@@ -777,7 +772,7 @@ class Session:
         if images.images_archived:
             self.events.notice("images_archived", images.notice)
             self._history = history
-            if total_weight(history) <= budget:
+            if self.passes.weight(history) <= budget:
                 return True
         result = self.compactor.compact(
             self._history, budget_chars=budget, keep_recent=keep, trigger=trigger, cancel=cancel
@@ -786,30 +781,13 @@ class Session:
         self._history = result.history
         return changed or bool(images.images_archived)
 
-    def _outgoing(
-        self,
-        max_tokens: int | None,
-        history: list[Message] | None = None,
-        archive: Archive | None = None,
-    ) -> ChatRequest:
-        """The request for ``history`` (the session's by default): pairing repair and
-        the tool-result budget applied to a copy, never to the history itself."""
-        policy = self.policy
-        archive = self.archive if archive is None else archive
-        with self.archive.attributed("pairing"):
-            outgoing, _ = repair_pairing(self._history if history is None else history, archive=archive)
-        with self.archive.attributed("tool_budget"):
-            outgoing, _ = enforce_tool_result_budget(
-                outgoing,
-                archive=archive,
-                turn_budget_chars=self.tool_result_budget_chars,
-                max_result_chars=self.tool_result_max_chars,
-                preview_head=min(policy.tool_result_preview_head, self.tool_result_max_chars // 2),
-                preview_tail=min(policy.tool_result_preview_tail, self.tool_result_max_chars // 8),
-                turn_floor=policy.tool_result_turn_floor,
-            )
-        if history is None:  # the model sees the previews' markers: keep them recallable too
-            self.archive.track(LIVE_OUTGOING, outgoing)
+    def _outgoing(self, max_tokens: int | None) -> ChatRequest:
+        """The request for the history: pairing repair and the tool-result budget applied to a copy,
+        never to the history itself."""
+        outgoing = self.passes.outgoing(
+            self._history, budget_chars=self.tool_result_budget_chars, max_chars=self.tool_result_max_chars
+        )
+        self.archive.track(LIVE_OUTGOING, outgoing)  # the model sees the previews' markers: keep them too
         headers: dict[str, str] = {}
         extra: dict[str, Any] = {}
         if self.context_editing:
@@ -871,9 +849,9 @@ class Session:
             reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
             if reported:
                 return reported
-        messages = request.messages
-        text = total_weight(messages) - sum(map(image_chars, messages)) + self.reserved_chars
-        return math.ceil(text / self.chars_per_token) + sum(map(image_tokens, messages))
+        weights = self.passes.request_weights(request.messages)
+        text = weights.weight - weights.image_chars + self.reserved_chars
+        return math.ceil(text / self.chars_per_token) + weights.image_tokens
 
     def _account(self, request: ChatRequest, response: ChatResponse) -> None:
         usage = response.usage
@@ -896,11 +874,11 @@ class Session:
                     f"{report.cleared_input_tokens} tokens — mirrored locally (recoverable via @recall)",
                 )
         # Calibrate on text only: images weigh their wire bytes but cost the model their token estimate.
-        messages = request.messages
+        weights = self.passes.request_weights(request.messages)
         prompt_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-        text_tokens = prompt_tokens - sum(map(image_tokens, messages))
+        text_tokens = prompt_tokens - weights.image_tokens
         if not edited and text_tokens >= CALIBRATION_MIN_TOKENS:
-            chars = total_weight(messages) - sum(map(image_chars, messages)) + self.reserved_chars
+            chars = weights.weight - weights.image_chars + self.reserved_chars
             observed = chars / text_tokens
             low, high = CALIBRATION_BOUNDS
             blended = (1 - CALIBRATION_WEIGHT) * self.chars_per_token + CALIBRATION_WEIGHT * observed
@@ -979,7 +957,10 @@ class Session:
         owner = state.get("archive_owner")
         if isinstance(owner, str) and owner:
             self.archive.adopt(owner)
-        self._history = [Message.from_dict(d) for d in state.get("history", [])]
+        history = [Message.from_dict(d) for d in state.get("history", [])]
+        for message in history:
+            member_keys(message)  # as if each entered now (see _admitted)
+        self._history = history
         self.stats = SessionStats.from_dict(state.get("stats", {}))
         self.compactor.stats = self.stats
         if "gateway" in state:

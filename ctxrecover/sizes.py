@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from ctxrecover.messages import Image, Message
 
 __all__ = [
+    "WeightTotals",
     "char_budget",
     "estimate_image_tokens",
     "format_payload_size",
@@ -54,6 +55,9 @@ IMAGE_MAX_EDGE = 1568
 IMAGE_PIXELS_PER_TOKEN = 750
 IMAGE_MIN_TOKENS = 85
 IMAGE_UNDECODABLE_CHARS_PER_TOKEN = 2048
+
+IMAGE_TOKENS_CACHE = "image-tokens"  # msg._cache entry
+WEIGHT_CACHE = "weight"
 
 PAYLOAD_CAP_HEADROOM = 0.7  # 30% of the cap is left for system prompt, tools and JSON framing
 
@@ -171,8 +175,13 @@ def image_chars(msg: Message) -> int:
 
 
 def image_tokens(msg: Message) -> int:
-    """Tokens ``msg``'s images cost the model (:func:`estimate_image_tokens` summed)."""
-    return sum(estimate_image_tokens(image) for image in msg.images)
+    """Tokens ``msg``'s images cost the model: :func:`estimate_image_tokens` summed, cached on the message."""
+    if not msg.images:
+        return 0
+    cached = msg._cache.get(IMAGE_TOKENS_CACHE)
+    if cached is None:
+        cached = msg._cache[IMAGE_TOKENS_CACHE] = sum(estimate_image_tokens(image) for image in msg.images)
+    return cached
 
 
 # -- weights --------------------------------------------------------------
@@ -192,15 +201,42 @@ def weight(msg: Message) -> int:
     ``len(content)`` + tool calls (name + arguments JSON) + :func:`image_chars` + the
     excess of ``system_parts`` over the content.
     """
-    cached = msg._cache.get("weight")
+    cached = msg._cache.get(WEIGHT_CACHE)
     if cached is None:
-        cached = msg._cache["weight"] = _compute_weight(msg)
+        cached = msg._cache[WEIGHT_CACHE] = _compute_weight(msg)
     return cached
 
 
 def total_weight(history: Iterable[Message]) -> int:
     """Sum of :func:`weight` over a history."""
     return sum(weight(m) for m in history)
+
+
+class WeightTotals:
+    """Running sums over a history that changes a few messages at a time: weight, image chars, image tokens.
+
+    ``add``/``remove`` cost O(1) per message (weights are cached on the
+    messages); the sums equal :func:`total_weight`, ``sum(map(image_chars, …))``
+    and ``sum(map(image_tokens, …))`` of the messages added and not removed.
+    """
+
+    __slots__ = ("image_chars", "image_tokens", "weight")
+
+    def __init__(self, history: Iterable[Message] = ()) -> None:
+        self.weight = self.image_chars = self.image_tokens = 0
+        for msg in history:
+            self.add(msg)
+
+    def add(self, msg: Message, sign: int = 1) -> None:
+        """Count ``msg`` (``sign=-1``: stop counting it)."""
+        self.weight += sign * weight(msg)
+        if msg.images:
+            self.image_chars += sign * image_chars(msg)
+            self.image_tokens += sign * image_tokens(msg)
+
+    def remove(self, msg: Message) -> None:
+        """Stop counting ``msg``."""
+        self.add(msg, -1)
 
 
 def char_budget(

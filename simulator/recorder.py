@@ -36,6 +36,7 @@ from ctxrecover.classify import classify
 from ctxrecover.errors import ContentBlockedError, PayloadFloorError, RecoveryError
 from ctxrecover.events import Event, Notice, PostCompact, PreCompact, SessionStats, StatusEvent
 from ctxrecover.messages import Message
+from ctxrecover.passes.history_index import SizedHistory
 from ctxrecover.recovery import body_key
 from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from ctxrecover.session import Session
@@ -165,6 +166,7 @@ class Recorder:
         self.cap = cap
         self.on_event = on_event
         self.session: Session | None = None
+        self.sized: SizedHistory | None = None  # each request's weight from what changed since the last
         self.fed: list[Message] = []
         self.records: list[AttemptRecord] = []
         self.events: list[ReplayEvent] = []
@@ -198,6 +200,7 @@ class Recorder:
 
     def attach(self, session: Session) -> None:
         self.session = session
+        self.sized = SizedHistory(session.wire_format, model=session.model)
         self.marks = self._marks()
 
     def feed(self, msg: Message) -> None:
@@ -257,7 +260,8 @@ class Recorder:
         marks = self._marks()
         calls, tokens, cost, archived = (now - before for now, before in zip(marks, self.marks, strict=True))
         self.marks = marks
-        weight = total_weight(request.messages)
+        assert self.sized is not None
+        weight = self.sized.weights(request.messages).weight
         self.current = {
             **self.identity,
             "turn": self.turn,

@@ -10,6 +10,7 @@ from ctxrecover.archive.ranges import (
     archive_message,
     archive_range,
     expand_entry,
+    member_keys,
     read_original,
     render_transcript,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "extract_keys",
     "has_marker",
     "marker",
+    "member_keys",
     "message_keys",
     "parse_recall_keys",
     "put_entries",

@@ -43,9 +43,10 @@ from ctxrecover.errors import ArchiveError
 if TYPE_CHECKING:
     from ctxrecover.messages import Message
 
-__all__ = ["SessionArchive", "message_keys"]
+__all__ = ["ListDelta", "SessionArchive", "list_delta", "message_keys"]
 
 _T = TypeVar("_T")
+MAX_REPLACED = 64  # beyond this many replaced positions a change counts as a rewrite from the first
 _KEYS_CACHE = "archive:keys"  # msg._cache entry: the keys the message refers to
 Stage = Literal["put", "pin"]
 
@@ -69,6 +70,62 @@ def message_keys(msg: Message) -> tuple[str, ...]:
         keys = tuple(dict.fromkeys(key for text in texts for key in extract_keys(text)))
         msg._cache[_KEYS_CACHE] = keys
     return keys
+
+
+@dataclass(frozen=True, slots=True)
+class ListDelta:
+    """How a list of messages differs from the one seen before it.
+
+    Positions below ``kept`` hold the same messages (equal, usually the very same
+    objects) except those in ``replaced``, which hold new ones; whatever the old
+    list held from ``kept`` on is gone, and the new list's messages from ``kept``
+    on are new (appended, or a rewritten tail).
+    """
+
+    kept: int
+    replaced: tuple[int, ...] = ()
+
+
+def list_delta(
+    old: Sequence[Message], new: Sequence[Message], *, max_replaced: int = MAX_REPLACED
+) -> ListDelta:
+    """What changed from ``old`` to ``new``, found by list comparisons (C speed, identity first).
+
+    An appended tail costs one comparison of the common length; ``k`` replaced
+    positions cost O(k · log n) comparisons of halving slices. More than
+    ``max_replaced`` replacements (a shifted or rewritten history) make the
+    delta a rewrite from the first difference. Tuples are compared as lists.
+    """
+    old = old if isinstance(old, list) else list(old)
+    new = new if isinstance(new, list) else list(new)
+    common = min(len(old), len(new))
+    if common == 0:
+        return ListDelta(0)
+    head_old = old if len(old) == common else old[:common]
+    head_new = new if len(new) == common else new[:common]
+    if head_old == head_new:
+        return ListDelta(common)
+    found: list[int] = []
+    if _differing(old, new, 0, common, found, max_replaced):
+        return ListDelta(common, tuple(found))
+    return ListDelta(found[0])
+
+
+def _differing(
+    old: Sequence[Message], new: Sequence[Message], lo: int, hi: int, found: list[int], limit: int
+) -> bool:
+    """Append to ``found`` the positions in ``[lo, hi)`` (known to differ somewhere), left first;
+    False as soon as there are more than ``limit``."""
+    if hi - lo == 1:
+        found.append(lo)
+        return len(found) <= limit
+    mid = (lo + hi) // 2
+    if old[lo:mid] != new[lo:mid]:
+        if not _differing(old, new, lo, mid, found, limit):
+            return False
+        if old[mid:hi] == new[mid:hi]:
+            return True
+    return _differing(old, new, mid, hi, found, limit)
 
 
 @dataclass(slots=True)

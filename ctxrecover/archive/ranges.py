@@ -27,6 +27,7 @@ __all__ = [
     "archive_message",
     "archive_range",
     "expand_entry",
+    "member_keys",
     "read_original",
     "render_transcript",
 ]
@@ -113,6 +114,17 @@ def _range_entry(msg: Message) -> tuple[str | None, tuple[tuple[str, str], ...]]
     entry = (None if ambiguous else "".join(pieces), tuple(members))
     msg._cache[_RANGE_ENTRY_CACHE] = entry
     return entry
+
+
+def member_keys(msg: Message) -> tuple[str, ...]:
+    """The keys ``msg``'s pieces are archived under: its content, each tool call's arguments, each inline
+    image's data; hashed once and memoized on the message.
+
+    A :class:`~ctxrecover.session.Session` computes them as messages enter its history (*archive on
+    append*), so a later cut — :func:`archive_message`, :func:`archive_range` — stores them by key
+    without hashing anything again.
+    """
+    return tuple(key for key, _ in _range_entry(msg)[1])
 
 
 def archive_message(store: Archive, msg: Message) -> str:

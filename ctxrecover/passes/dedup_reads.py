@@ -48,8 +48,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ctxrecover.archive import Archive, extract_keys
+from ctxrecover.archive import Archive, archive_message, extract_keys
 from ctxrecover.messages import Message, ToolCall
+from ctxrecover.passes.history_index import HistoryIndex, TurnState
 from ctxrecover.passes.microcompact import recall_suffixes
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "ReadParser",
     "SUPERSEDED_TEXT",
     "dedup_repeated_reads",
+    "dedup_step",
     "parse_cat_n",
     "parse_file_blocks",
 ]
@@ -222,6 +224,29 @@ def _reads(
     return reads
 
 
+def _superseded(
+    reads: Sequence[tuple[int, list[ReadBlock]]], messages: Sequence[Message], archive: Archive
+) -> tuple[dict[int, Message], int]:
+    """The stubs of the reads (in position order) that a later one supersedes, and the chars cleared."""
+    later: dict[str, list[ReadBlock]] = {}
+    stubs: dict[int, Message] = {}
+    cleared = 0
+    for i, blocks in reversed(reads):
+        msg = messages[i]
+        if all(any(c.covers(b) for c in later.get(b.path, ())) for b in blocks):
+            key = archive_message(archive, msg)
+            paths = PATH_SEPARATOR.join(dict.fromkeys(b.path for b in blocks))
+            stub = SUPERSEDED_TEXT % (paths, len(msg.content))
+            stub += recall_suffixes([key, *extract_keys(msg.content)])
+            if len(stub) < len(msg.content):
+                stubs[i] = msg.with_content(stub)
+                cleared += len(msg.content) - len(stub)
+                continue
+        for block in blocks:
+            later.setdefault(block.path, []).append(block)
+    return stubs, cleared
+
+
 def dedup_repeated_reads(
     history: list[Message],
     *,
@@ -236,25 +261,109 @@ def dedup_repeated_reads(
     input itself when nothing changed); stubs keep ``tool_call_id``, ``name``
     and flags. Idempotent; the input is never mutated.
     """
-    later: dict[str, list[ReadBlock]] = {}
-    out: list[Message] | None = None
-    superseded = cleared = 0
-    for i, blocks in reversed(_reads(history, parsers)):
-        msg = history[i]
-        if all(any(c.covers(b) for c in later.get(b.path, ())) for b in blocks):
-            key = archive.put(msg.content)
-            paths = PATH_SEPARATOR.join(dict.fromkeys(b.path for b in blocks))
-            stub = SUPERSEDED_TEXT % (paths, len(msg.content))
-            stub += recall_suffixes([key, *extract_keys(msg.content)])
-            if len(stub) < len(msg.content):
-                if out is None:
-                    out = list(history)
-                out[i] = msg.with_content(stub)
-                superseded += 1
-                cleared += len(msg.content) - len(stub)
-                continue
-        for block in blocks:
-            later.setdefault(block.path, []).append(block)
-    if out is None:
+    stubs, cleared = _superseded(_reads(history, parsers), history, archive)
+    if not stubs:
         return history, DedupReport()
-    return out, DedupReport(reads_superseded=superseded, chars_cleared=cleared)
+    out = list(history)
+    for i, stub in stubs.items():
+        out[i] = stub
+    return out, DedupReport(reads_superseded=len(stubs), chars_cleared=cleared)
+
+
+# -- the incremental pass ------------------------------------------------------------------------
+DEDUP_LISTENER = "dedup"
+
+
+class _ReadIndex:
+    """Dedup's listener: the reads of the history by position and by path, and the paths changed since
+    the last step (a read added, replaced or gone)."""
+
+    def __init__(self, parsers: Sequence[ReadParser]) -> None:
+        self.parsers = parsers
+        self.reads: dict[int, list[ReadBlock]] = {}
+        self.by_path: dict[str, set[int]] = {}
+        self.dirty: set[str] = set()
+
+    def truncated(self, index: HistoryIndex, length: int) -> None:
+        for position in [p for p in self.reads if p >= length]:
+            self._forget(position)
+
+    def replaced(self, index: HistoryIndex, position: int, old: Message) -> None:
+        self._forget(position)
+        self.appended(index, position)
+
+    def appended(self, index: HistoryIndex, position: int) -> None:
+        msg = index.messages[position]
+        if msg.preserve_verbatim or msg.is_summary:
+            return
+        if msg.role != "tool" and not (msg.role == "user" and msg.agent_feedback):
+            return
+        blocks = _parsed(msg, _owning_call(index, position), self.parsers)
+        if blocks:
+            self.reads[position] = blocks
+            for block in blocks:
+                self.by_path.setdefault(block.path, set()).add(position)
+                self.dirty.add(block.path)
+
+    def _forget(self, position: int) -> None:
+        for block in self.reads.pop(position, ()):
+            positions = self.by_path.get(block.path)
+            if positions is not None:
+                positions.discard(position)
+                if not positions:
+                    del self.by_path[block.path]
+            self.dirty.add(block.path)
+
+    def affected(self) -> list[int]:
+        """Positions of the reads whose fate may have changed: those sharing a path with a changed
+        read, closed over reads of several paths (a read's fate depends only on reads of its paths)."""
+        paths, frontier, positions = set(self.dirty), list(self.dirty), set()
+        while frontier:
+            for position in self.by_path.get(frontier.pop(), ()):
+                if position in positions:
+                    continue
+                positions.add(position)
+                for block in self.reads[position]:
+                    if block.path not in paths:
+                        paths.add(block.path)
+                        frontier.append(block.path)
+        return sorted(positions)
+
+
+def _owning_call(index: HistoryIndex, position: int) -> ToolCall | None:
+    """The call a message answers: the first of its id in the assistant that opens its segment."""
+    call_id = index.messages[position].tool_call_id
+    segment = index.segment_of[position]
+    if call_id is None or not segment:
+        return None
+    owner = index.messages[index.assistants[segment - 1]]
+    return next((call for call in owner.tool_calls if call.id == call_id), None)
+
+
+def dedup_step(
+    history: list[Message],
+    state: TurnState,
+    *,
+    archive: Archive,
+    parsers: Sequence[ReadParser] = DEFAULT_READ_PARSERS,
+) -> tuple[list[Message], DedupReport, TurnState]:
+    """:func:`dedup_repeated_reads` at the cost of what changed: the same history and report, and the
+    successor of ``state``.
+
+    The history a step leaves has no read left to supersede, so only reads that
+    share a path with a read added, replaced or removed since can change fate.
+    """
+    index = state.begin(history)
+    reads = index.listener(DEDUP_LISTENER, tuple(parsers), lambda: _ReadIndex(parsers))
+    affected = [(position, reads.reads[position]) for position in reads.affected()]
+    stubs, cleared = _superseded(affected, index.messages, archive)
+    out = history
+    if stubs:
+        out = list(history)
+        for i, stub in stubs.items():
+            out[i] = stub
+            index.replace(i, stub)
+    reads.dirty.clear()  # what this step left is settled: the stubs it made are no reads
+    if not stubs:
+        return history, DedupReport(), state.successor()
+    return out, DedupReport(reads_superseded=len(stubs), chars_cleared=cleared), state.successor()

@@ -35,6 +35,7 @@ from typing import Any
 from ctxrecover.archive import Archive, MemoryArchive, extract_keys, marker
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
+from ctxrecover.passes.history_index import HistoryIndex, TurnState
 from ctxrecover.passes.microcompact import message_ages
 from ctxrecover.passes.truncate import leading_system_count, truncate_head_tail
 from ctxrecover.sizes import format_payload_size, weight
@@ -58,6 +59,7 @@ __all__ = [
     "TOO_LARGE_REASON_TEXT",
     "UNKNOWN_TOOL_TEXT",
     "age_skill_blocks",
+    "age_skills_step",
     "describe_tool",
     "one_line_description",
     "tool_catalog_index",
@@ -493,6 +495,25 @@ def _age_text(text: str, archive: Archive) -> tuple[str, list[str]]:
     return SKILL_BLOCK_RE.sub(stub, text), names
 
 
+def _aged(msg: Message, archive: Archive) -> tuple[Message, list[str]] | None:
+    """``msg`` with its live skill blocks archived and the names of those it shows, or None (unchanged)."""
+    if "<skill name=" not in msg.content and not any("<skill name=" in p for p in msg.system_parts):
+        return None
+    content, content_skills = _age_text(msg.content, archive)
+    aged_parts = [_age_text(part, archive) for part in msg.system_parts]
+    parts = tuple(part for part, _ in aged_parts)
+    if content == msg.content and parts == msg.system_parts:
+        return None
+    # system_parts, when present, are what goes on the wire: count their blocks.
+    visible_skills = [n for _, names in aged_parts for n in names] if parts else content_skills
+    return msg.replace(content=content, system_parts=parts), visible_skills
+
+
+def _check_age_turns(age_turns: object) -> None:
+    if not isinstance(age_turns, int) or isinstance(age_turns, bool) or age_turns < 1:
+        raise ConfigError(f"age_skill_blocks needs age_turns >= 1 (assistant messages), got {age_turns!r}")
+
+
 def age_skill_blocks(
     history: list[Message],
     *,
@@ -509,32 +530,85 @@ def age_skill_blocks(
     kept. Structured ``system_parts`` are aged like the content. Idempotent;
     the input is never mutated and is returned itself when nothing ages.
     """
-    if not isinstance(age_turns, int) or isinstance(age_turns, bool) or age_turns < 1:
-        raise ConfigError(f"age_skill_blocks needs age_turns >= 1 (assistant messages), got {age_turns!r}")
-    out: list[Message] | None = None
-    blocks = freed = 0
-    skills: list[str] = []
+    _check_age_turns(age_turns)
     ages = message_ages(history)
-    for i in range(leading_system_count(history), len(history)):
-        msg = history[i]
-        if ages[i] < age_turns or msg.role not in ("user", "system") or msg.preserve_verbatim:
-            continue
-        if "<skill name=" not in msg.content and not any("<skill name=" in p for p in msg.system_parts):
-            continue
-        content, content_skills = _age_text(msg.content, archive)
-        aged_parts = [_age_text(part, archive) for part in msg.system_parts]
-        parts = tuple(part for part, _ in aged_parts)
-        # system_parts, when present, are what goes on the wire: count their blocks.
-        visible_skills = [n for _, names in aged_parts for n in names] if parts else content_skills
-        if content == msg.content and parts == msg.system_parts:
-            continue
-        aged = msg.replace(content=content, system_parts=parts)
-        blocks += len(visible_skills)
-        skills += visible_skills
-        freed += weight(msg) - weight(aged)
-        if out is None:
-            out = list(history)
-        out[i] = aged
-    if out is None:
+    aged = {
+        i: found
+        for i in range(leading_system_count(history), len(history))
+        if ages[i] >= age_turns
+        and history[i].role in ("user", "system")
+        and not history[i].preserve_verbatim
+        and (found := _aged(history[i], archive)) is not None
+    }
+    return _applied(history, aged)
+
+
+def _applied(
+    history: list[Message], aged: dict[int, tuple[Message, list[str]]]
+) -> tuple[list[Message], SkillAgingReport]:
+    if not aged:
         return history, SkillAgingReport()
-    return out, SkillAgingReport(blocks_archived=blocks, chars_freed=freed, skills=tuple(skills))
+    out = list(history)
+    skills: list[str] = []
+    freed = 0
+    for i, (msg, names) in aged.items():
+        skills += names
+        freed += weight(history[i]) - weight(msg)
+        out[i] = msg
+    return out, SkillAgingReport(blocks_archived=len(skills), chars_freed=freed, skills=tuple(skills))
+
+
+# -- the incremental pass ------------------------------------------------------------------------
+SKILLS_LISTENER = "skills"
+
+
+class _SkillWatch:
+    """Skill aging's listener: positions of user and system messages holding a live skill block."""
+
+    def __init__(self) -> None:
+        self.positions: set[int] = set()
+
+    def truncated(self, index: HistoryIndex, length: int) -> None:
+        self.positions = {p for p in self.positions if p < length}
+
+    def replaced(self, index: HistoryIndex, position: int, old: Message) -> None:
+        self.appended(index, position)
+
+    def appended(self, index: HistoryIndex, position: int) -> None:
+        msg = index.messages[position]
+        live = (
+            msg.role in ("user", "system")
+            and not msg.preserve_verbatim
+            and any(
+                "<skill name=" in text and SKILL_BLOCK_RE.search(text)
+                for text in (msg.content, *msg.system_parts)
+            )
+        )
+        if live:
+            self.positions.add(position)
+        else:
+            self.positions.discard(position)
+
+
+def age_skills_step(
+    history: list[Message],
+    state: TurnState,
+    *,
+    archive: Archive,
+    age_turns: int = DEFAULT_SKILL_AGE_TURNS,
+) -> tuple[list[Message], SkillAgingReport, TurnState]:
+    """:func:`age_skill_blocks` at the cost of what changed: the same history and report, and the
+    successor of ``state``. Only messages that still hold a live skill block are looked at."""
+    _check_age_turns(age_turns)
+    index = state.begin(history)
+    watch = index.listener(SKILLS_LISTENER, None, _SkillWatch)
+    aged: dict[int, tuple[Message, list[str]]] = {}
+    for i in sorted(watch.positions):
+        if i >= index.leading and index.age(i) >= age_turns:
+            found = _aged(index.messages[i], archive)
+            if found is not None:
+                aged[i] = found
+    out, report = _applied(history, aged)
+    for i, (msg, _) in aged.items():
+        index.replace(i, msg)
+    return out, report, state.successor()

@@ -14,6 +14,7 @@ and summaries are never touched.
 
 >>> from ctxrecover.archive import MemoryArchive
 >>> from ctxrecover.messages import Message
+from ctxrecover.passes.history_index import HistoryIndex, TurnState
 >>> h = [Message.tool("t", "x" * 5000)] + [Message.assistant("ok")] * 4
 >>> out, report = apply_microcompact(h, archive=MemoryArchive())
 >>> out[0].content.startswith("[Old tool result cleared — 1 lines, 5000 chars, text]")
@@ -28,9 +29,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ctxrecover.archive import Archive, extract_keys, marker
+from ctxrecover.archive import Archive, archive_message, extract_keys, marker
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
+from ctxrecover.passes.history_index import HistoryIndex, TurnState
 from ctxrecover.passes.tool_budget import PREVIEW_OMISSION_RE
 from ctxrecover.sizes import format_payload_size
 
@@ -49,6 +51,7 @@ __all__ = [
     "apply_microcompact",
     "content_kind",
     "message_ages",
+    "microcompact_step",
     "recall_suffixes",
 ]
 
@@ -179,9 +182,10 @@ class _Folder:
         self.tail = tail
         self.truncated = self.summarized = self.freed = 0
 
-    def summarize(self, content: str, previewed: tuple[str, str] | None) -> str:
+    def summarize(self, msg: Message, previewed: tuple[str, str] | None) -> str:
+        content = msg.content
         if previewed is None:
-            keys = [self.archive.put(content), *extract_keys(content)]
+            keys = [archive_message(self.archive, msg), *extract_keys(content)]
             original = content
         else:
             key, original = previewed
@@ -189,13 +193,45 @@ class _Folder:
         stub = SUMMARY_TEXT % (len(original.splitlines()), len(original), content_kind(original))
         return stub + recall_suffixes(keys)
 
-    def truncate(self, content: str) -> str:
-        key = self.archive.put(content)
+    def truncate(self, msg: Message) -> str:
+        content = msg.content
+        key = archive_message(self.archive, msg)
         kept_head = content[: self.head]
         kept_tail = content[len(content) - self.tail :] if self.tail else ""
         body = kept_head + TRUNCATION_TEXT % (len(content) - len(kept_head) - len(kept_tail)) + kept_tail
         lost = [k for k in extract_keys(content) if k not in extract_keys(body)]
         return body + recall_suffixes([key, *lost])
+
+
+def _folded(
+    folder: _Folder, msg: Message, age: int, archive: Archive, turns: tuple[int, int, int]
+) -> str | None:
+    """The stub ``msg`` becomes at ``age`` (SPEC §3.3), or None when it stays as it is."""
+    truncate_turns, summarize_turns, min_content = turns
+    if age < truncate_turns or msg.preserve_verbatim or msg.is_summary:
+        return None
+    if msg.role != "tool" and not (msg.role == "user" and msg.agent_feedback):
+        return None
+    content = msg.content
+    if content.startswith(SUMMARY_PREFIX):
+        return None
+    previewed = _previewed_original(content, archive)
+    if age >= summarize_turns and (previewed or len(content) >= min_content):
+        stub = folder.summarize(msg, previewed)
+        folder.summarized += 1
+    elif previewed is None and len(content) >= min_content:
+        stub = folder.truncate(msg)
+        folder.truncated += 1
+    else:
+        return None
+    folder.freed += len(content) - len(stub)
+    return stub
+
+
+def _report(folder: _Folder) -> MicrocompactReport:
+    return MicrocompactReport(
+        truncated=folder.truncated, summarized=folder.summarized, chars_freed=folder.freed
+    )
 
 
 def apply_microcompact(
@@ -216,31 +252,96 @@ def apply_microcompact(
     """
     _validate(truncate_turns, summarize_turns, head_chars, tail_chars, min_content)
     folder = _Folder(archive, head_chars, tail_chars)
+    turns = (truncate_turns, summarize_turns, min_content)
     out: list[Message] | None = None
     for i, age in enumerate(message_ages(history)):
-        msg = history[i]
-        if age < truncate_turns or msg.preserve_verbatim or msg.is_summary:
+        stub = _folded(folder, history[i], age, archive, turns)
+        if stub is None:
             continue
-        if msg.role != "tool" and not (msg.role == "user" and msg.agent_feedback):
-            continue
-        content = msg.content
-        if content.startswith(SUMMARY_PREFIX):
-            continue
-        previewed = _previewed_original(content, archive)
-        if age >= summarize_turns and (previewed or len(content) >= min_content):
-            stub = folder.summarize(content, previewed)
-            folder.summarized += 1
-        elif previewed is None and len(content) >= min_content:
-            stub = folder.truncate(content)
-            folder.truncated += 1
+        if out is None:
+            out = list(history)
+        out[i] = history[i].with_content(stub)
+    if out is None:
+        return history, MicrocompactReport()
+    return out, _report(folder)
+
+
+# -- the incremental pass ------------------------------------------------------------------------
+MICROCOMPACT_LISTENER = "microcompact"
+
+
+def _preview_shaped(content: str) -> bool:
+    """True when ``content`` may be a preview: whether it is depends on the archive (ask each time)."""
+    if "<<ccr:" not in content:
+        return False
+    return PREVIEW_OMISSION_RE.search(content) is not None or TRUNCATION_RE.search(content) is not None
+
+
+def _may_fold(msg: Message, min_content: int) -> bool:
+    """False when microcompact will never change ``msg``, whatever its age and the archive."""
+    if msg.preserve_verbatim or msg.is_summary:
+        return False
+    if msg.role != "tool" and not (msg.role == "user" and msg.agent_feedback):
+        return False
+    content = msg.content
+    if content.startswith(SUMMARY_PREFIX):
+        return False
+    return len(content) >= min_content or _preview_shaped(content)
+
+
+class _FoldWatch:
+    """Microcompact's listener: the positions of the messages it may still fold."""
+
+    def __init__(self, min_content: int) -> None:
+        self.min_content = min_content
+        self.positions: set[int] = set()
+
+    def truncated(self, index: HistoryIndex, length: int) -> None:
+        self.positions = {p for p in self.positions if p < length}
+
+    def replaced(self, index: HistoryIndex, position: int, old: Message) -> None:
+        self.appended(index, position)
+
+    def appended(self, index: HistoryIndex, position: int) -> None:
+        if _may_fold(index.messages[position], self.min_content):
+            self.positions.add(position)
         else:
+            self.positions.discard(position)
+
+
+def microcompact_step(
+    history: list[Message],
+    state: TurnState,
+    *,
+    archive: Archive,
+    truncate_turns: int = DEFAULT_TRUNCATE_TURNS,
+    summarize_turns: int = DEFAULT_SUMMARIZE_TURNS,
+    head_chars: int = DEFAULT_HEAD_CHARS,
+    tail_chars: int = DEFAULT_TAIL_CHARS,
+    min_content: int = DEFAULT_MIN_CONTENT,
+) -> tuple[list[Message], MicrocompactReport, TurnState]:
+    """:func:`apply_microcompact` at the cost of what changed: the same history and report, and the
+    successor of ``state``.
+
+    Only messages it may still fold are looked at — large tool output and
+    previews younger than their summary, in position order, each when its age
+    crosses a threshold — not the whole history.
+    """
+    _validate(truncate_turns, summarize_turns, head_chars, tail_chars, min_content)
+    index = state.begin(history)
+    watch = index.listener(MICROCOMPACT_LISTENER, min_content, lambda: _FoldWatch(min_content))
+    folder = _Folder(archive, head_chars, tail_chars)
+    turns = (truncate_turns, summarize_turns, min_content)
+    out: list[Message] | None = None
+    for i in sorted(watch.positions):
+        msg = index.messages[i]
+        stub = _folded(folder, msg, index.age(i), archive, turns)
+        if stub is None:
             continue
-        folder.freed += len(content) - len(stub)
         if out is None:
             out = list(history)
         out[i] = msg.with_content(stub)
+        index.replace(i, out[i])
     if out is None:
-        return history, MicrocompactReport()
-    return out, MicrocompactReport(
-        truncated=folder.truncated, summarized=folder.summarized, chars_freed=folder.freed
-    )
+        return history, MicrocompactReport(), state.successor()
+    return out, _report(folder), state.successor()

@@ -15,6 +15,7 @@ A valid history is returned unchanged — the very same list object — after an
 O(n) validation pass, so the common case costs one scan and no copies.
 
 >>> from ctxrecover.messages import Message, ToolCall
+from ctxrecover.passes.history_index import HistoryIndex, TurnState
 >>> h = [Message.user("go"), Message.assistant(tool_calls=[ToolCall("a", "ls")])]
 >>> fixed, report = repair_pairing(h)
 >>> report.synthetic_results, fixed[-1].error_code
@@ -29,12 +30,14 @@ from dataclasses import dataclass
 
 from ctxrecover.archive import Archive, archive_range, marker
 from ctxrecover.messages import Message, ToolCall
+from ctxrecover.passes.history_index import HistoryIndex, TurnState
 
 __all__ = [
     "MISSING_RESULT_CODE",
     "MISSING_RESULT_TEXT",
     "PAIRING_REMOVED_NOTE",
     "PairingReport",
+    "pairing_step",
     "repair_pairing",
     "validate_pairing",
 ]
@@ -236,3 +239,76 @@ def repair_pairing(
         i += 1
     repair.note_removed()
     return repair.out, repair.report()
+
+
+# -- the incremental pass ------------------------------------------------------------------------
+PAIRING_LISTENER = "pairing"
+
+
+def _segment_valid(messages: list[Message], span: range, opened: bool) -> bool:
+    """:func:`validate_pairing` for one segment: ``span`` starts with its assistant when ``opened``."""
+    start = span.start
+    if opened:
+        owner = messages[start]
+        start += 1
+        if owner.tool_calls:
+            pending = {call.id for call in owner.tool_calls}
+            if "" in pending or len(pending) != len(owner.tool_calls):
+                return False
+            while start < span.stop and messages[start].role == "tool":
+                if messages[start].tool_call_id not in pending:
+                    return False
+                pending.remove(messages[start].tool_call_id)
+                start += 1
+            if pending:
+                return False
+    return all(messages[i].role != "tool" for i in range(start, span.stop))
+
+
+class _PairingIndex:
+    """Pairing's listener: the segments that fail validation, and those changed since the last look.
+
+    A history is valid exactly when each segment is: its assistant's calls have
+    distinct non-empty ids answered right after it, and no other ``tool``
+    message sits in it (see :func:`validate_pairing`).
+    """
+
+    def __init__(self) -> None:
+        self.dirty: set[int] = set()
+        self.invalid: set[int] = set()
+
+    def truncated(self, index: HistoryIndex, length: int) -> None:
+        first = index.segment_of[length]
+        self.invalid = {s for s in self.invalid if s < first}
+        self.dirty = {s for s in self.dirty if s < first}
+        self.dirty.add(first)
+
+    def replaced(self, index: HistoryIndex, position: int, old: Message) -> None:
+        self.dirty.add(index.segment_of[position])
+
+    def appended(self, index: HistoryIndex, position: int) -> None:
+        self.dirty.add(index.segment_of[position])
+
+    def valid(self, index: HistoryIndex) -> bool:
+        for segment in self.dirty:
+            span = index.segment_span(segment)
+            if span and not _segment_valid(index.messages, span, opened=segment > 0):
+                self.invalid.add(segment)
+            else:
+                self.invalid.discard(segment)
+        self.dirty.clear()
+        return not self.invalid
+
+
+def pairing_step(
+    history: list[Message], state: TurnState, *, archive: Archive | None = None
+) -> tuple[list[Message], PairingReport, TurnState]:
+    """:func:`repair_pairing` at the cost of what changed: the same list and report, and the successor
+    of ``state``. Validity is kept per segment, so a valid history costs the segments that changed;
+    a malformed one is repaired as a whole (into a copy: the indexed history is left as it is)."""
+    index = state.begin(history)
+    pairing = index.listener(PAIRING_LISTENER, None, _PairingIndex)
+    if pairing.valid(index):
+        return history, PairingReport(), state.successor()
+    repaired, report = repair_pairing(history, archive=archive)
+    return repaired, report, state.successor()

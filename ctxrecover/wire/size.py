@@ -154,12 +154,38 @@ def _list_size(total: int, count: int) -> int:
     return 2 + total + (count - 1 if count else 0)
 
 
+# A merged turn of a grouped format (consecutive non-system messages of one wire role), as a list
+# for speed: [wire role, position of its first message, that message's ``simple`` size, members,
+# summed block sizes, block count]. A lone member with a ``simple`` form is sent as that string.
+_Run = list
+_ROLE, _FIRST, _SIMPLE, _MEMBERS, _TOTAL, _COUNT = range(6)
+
+
+def _run_size(run: _Run, wrappers: Mapping[str, int]) -> int:
+    if run[_MEMBERS] == 1 and run[_SIMPLE] is not None:
+        return run[_SIMPLE]  # type: ignore[no-any-return]
+    wrapper = wrappers[run[_ROLE]]
+    return wrapper + run[_TOTAL] + run[_COUNT] - 1 if run[_COUNT] else wrapper
+
+
+# What one message adds to a tracker: (the message, its sizes, a gemini function-name splice, its run).
+_Record = tuple[Message, _Sizes, int, "_Run | None"]
+
+
+_Static = tuple[Any, Any, int, int]  # (tools, extra) the sizes were taken for, fields' bytes, fields
+_STATIC_MEMO = 8  # envelopes remembered by one tracker (max_tokens × tools × extra)
+
+
 class WireSizeTracker:
     """The exact byte size of a request body, kept up to date one message at a time.
 
     Each message is measured once per format (cached on the message); the
-    tracker adds framing, so ``append`` is O(size of the new message) and
-    ``size`` is O(1). ``messages`` counts the messages accounted for.
+    tracker adds framing. ``append`` costs O(size of the new message),
+    :meth:`replace` of one message and :meth:`truncate` by ``k`` messages cost
+    O(those messages), ``size`` is O(1): a history that changes by a few
+    messages is re-sized by those few. ``messages`` counts the messages
+    accounted for; :meth:`size_for` is the size of the same history under
+    another envelope (``max_tokens``, ``tools``, ``extra``).
 
     >>> tracker = WireSizeTracker("openai-chat", model="gpt-4o")
     >>> tracker.reset([Message.system("be brief")])
@@ -171,25 +197,24 @@ class WireSizeTracker:
 
     __slots__ = (
         "_call_names",
+        "_default",
+        "_grouped",
         "_history_key",
         "_items_count",
         "_items_sum",
-        "_static_count",
-        "_static_sum",
+        "_model",
+        "_records",
+        "_runs",
+        "_statics",
         "_sys_block_count",
         "_sys_block_sum",
         "_sys_count",
         "_sys_first",
+        "_sys_first_at",
         "_sys_key",
         "_sys_text",
-        "_turn_count",
-        "_turn_members",
-        "_turn_role",
-        "_turn_simple",
-        "_turn_sum",
         "_turn_wrappers",
         "format",
-        "messages",
     )
 
     def __init__(
@@ -202,28 +227,31 @@ class WireSizeTracker:
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.format = fmt = _fmt(fmt)
-        skeleton = _envelope(
-            fmt, model=model, max_tokens=max_tokens, tools=tools, extra=extra, system=None, history=[]
-        )
-        del skeleton[HISTORY_KEYS[fmt]]
-        self._static_sum = sum(_size(k) + 1 + _size(v) for k, v in skeleton.items())
-        self._static_count = len(skeleton)
+        self._model = model
+        self._grouped = fmt in GROUPED_FORMATS
+        self._statics: dict[tuple[int | None, int, int], _Static] = {}
+        self._default = (max_tokens, tools, extra)
+        self._static(max_tokens, tools, extra)  # a bad ``extra`` raises here, as render_request does
         self._history_key = _size(HISTORY_KEYS[fmt]) + 1
         self._sys_key = _size(SYSTEM_KEYS.get(fmt, "")) + 1
         roles = WIRE_ROLES.get(fmt, {}).values()
         self._turn_wrappers = {role: _size({"role": role, TURN_CONTENT_KEYS[fmt]: []}) for role in roles}
         self.reset()
 
+    @property
+    def messages(self) -> int:
+        """How many messages are accounted for."""
+        return len(self._records)
+
     def reset(self, history: Iterable[Message] = ()) -> None:
         """Start over from ``history`` (cached message sizes are reused)."""
-        self.messages = 0
+        self._records: list[_Record] = []
         self._items_sum = self._items_count = 0
         self._sys_count = self._sys_text = self._sys_block_sum = self._sys_block_count = 0
         self._sys_first: int | None = None
-        self._turn_role: str | None = None
-        self._turn_members = self._turn_sum = self._turn_count = 0
-        self._turn_simple: int | None = None
-        self._call_names: dict[str, str] = {}
+        self._sys_first_at = -1
+        self._runs: list[_Run] = []
+        self._call_names: dict[str, list[str]] = {}  # gemini: call id → names of the calls so far
         self.extend(history)
 
     def extend(self, messages: Iterable[Message]) -> None:
@@ -235,41 +263,110 @@ class WireSizeTracker:
         """Account for one more message at the end of the history."""
         fmt = self.format
         sizes = _sizes(msg, fmt)
-        self.messages += 1
         if msg.role == "system" and fmt is not _CHAT:
             if self._sys_count == 0:
-                self._sys_first = sizes.simple
-            self._sys_count += 1
-            self._sys_text += sizes.text
-            self._sys_block_sum += sizes.total
-            self._sys_block_count += sizes.count
+                self._sys_first, self._sys_first_at = sizes.simple, len(self._records)
+            self._system(sizes, +1)
+            self._records.append((msg, sizes, 0, None))
             return
-        if fmt not in GROUPED_FORMATS:
+        if not self._grouped:
             self._items_sum += sizes.total
             self._items_count += sizes.count
+            self._records.append((msg, sizes, 0, None))
             return
-        total = sizes.total
-        if msg.role == "tool" and fmt is _GEMINI:
-            total += _size(msg.name or self._call_names.get(msg.tool_call_id or "", "")) - 2
-        if msg.tool_calls and fmt is _GEMINI:
-            self._call_names.update((c.id, c.name) for c in msg.tool_calls)
+        extra = 0
+        if fmt is _GEMINI:
+            if msg.role == "tool":
+                names = self._call_names.get(msg.tool_call_id or "")
+                extra = _size(msg.name or (names[-1] if names else "")) - 2
+            for call in msg.tool_calls:
+                self._call_names.setdefault(call.id, []).append(call.name)
         role = WIRE_ROLES[fmt][msg.role]
-        if role != self._turn_role:
-            if self._turn_role is not None:
-                self._items_sum += self._turn_size()
-                self._items_count += 1
-            self._turn_role, self._turn_members = role, 0
-            self._turn_sum = self._turn_count = 0
-            self._turn_simple = sizes.simple
-        self._turn_members += 1
-        self._turn_sum += total
-        self._turn_count += sizes.count
+        runs, added = self._runs, sizes.total + extra
+        run = runs[-1] if runs else None
+        if run is not None and run[_ROLE] == role:
+            before = _run_size(run, self._turn_wrappers)
+            run[_MEMBERS] += 1
+            run[_TOTAL] += added
+            run[_COUNT] += sizes.count
+            self._items_sum += _run_size(run, self._turn_wrappers) - before
+        else:
+            run = [role, len(self._records), sizes.simple, 1, added, sizes.count]
+            runs.append(run)
+            self._items_count += 1
+            self._items_sum += _run_size(run, self._turn_wrappers)
+        self._records.append((msg, sizes, extra, run))
 
-    def _turn_size(self) -> int:
-        if self._turn_members == 1 and self._turn_simple is not None:
-            return self._turn_simple
-        wrapper = self._turn_wrappers[self._turn_role]
-        return wrapper + self._turn_sum + self._turn_count - 1 if self._turn_count else wrapper
+    def truncate(self, length: int) -> None:
+        """Forget every message from position ``length`` on (the last ones first)."""
+        records = self._records
+        while len(records) > length:
+            msg, sizes, extra, run = records.pop()
+            if run is None:
+                if msg.role == "system" and self.format is not _CHAT:
+                    self._system(sizes, -1)
+                    if self._sys_count == 0:
+                        self._sys_first, self._sys_first_at = None, -1
+                else:
+                    self._items_sum -= sizes.total
+                    self._items_count -= sizes.count
+                continue
+            before = _run_size(run, self._turn_wrappers)
+            run[_MEMBERS] -= 1
+            run[_TOTAL] -= sizes.total + extra
+            run[_COUNT] -= sizes.count
+            if run[_MEMBERS]:
+                self._items_sum += _run_size(run, self._turn_wrappers) - before
+            else:
+                self._runs.pop()
+                self._items_sum -= before
+                self._items_count -= 1
+            for call in reversed(msg.tool_calls):
+                names = self._call_names.get(call.id)
+                if names:
+                    names.pop()
+                    if not names:
+                        del self._call_names[call.id]
+
+    def replace(self, index: int, msg: Message) -> bool:
+        """Account for ``msg`` in place of the message at ``index``; O(that message).
+
+        False (and nothing changed) when ``msg`` would change how the history is
+        laid out — another role, or for gemini other tool calls, call id or name —
+        then :meth:`truncate` to ``index`` and append from there instead.
+        """
+        old, sizes, extra, run = self._records[index]
+        if old.role != msg.role:
+            return False
+        if self.format is _GEMINI and (
+            old.tool_calls != msg.tool_calls or old.tool_call_id != msg.tool_call_id or old.name != msg.name
+        ):
+            return False
+        new = _sizes(msg, self.format)
+        if run is None:
+            if msg.role == "system" and self.format is not _CHAT:
+                self._system(sizes, -1)
+                self._system(new, +1)
+                if index == self._sys_first_at:
+                    self._sys_first = new.simple
+            else:
+                self._items_sum += new.total - sizes.total
+                self._items_count += new.count - sizes.count
+        else:
+            before = _run_size(run, self._turn_wrappers)
+            run[_TOTAL] += new.total - sizes.total
+            run[_COUNT] += new.count - sizes.count
+            if run[_FIRST] == index:
+                run[_SIMPLE] = new.simple
+            self._items_sum += _run_size(run, self._turn_wrappers) - before
+        self._records[index] = (msg, new, extra, run)
+        return True
+
+    def _system(self, sizes: _Sizes, sign: int) -> None:
+        self._sys_count += sign
+        self._sys_text += sign * sizes.text
+        self._sys_block_sum += sign * sizes.total
+        self._sys_block_count += sign * sizes.count
 
     def _system_size(self) -> int:
         fmt = self.format
@@ -280,17 +377,40 @@ class WireSizeTracker:
         blocks = _list_size(self._sys_block_sum, self._sys_block_count)
         return blocks + len('{"parts":}') if fmt is _GEMINI else blocks
 
+    def _static(self, max_tokens: int | None, tools: Any, extra: Mapping[str, Any] | None) -> tuple[int, int]:
+        """Bytes and count of the body's fields besides history and system, measured once per envelope."""
+        key = (max_tokens, id(tools), id(extra))
+        found = self._statics.get(key)
+        if found is not None and found[0] is tools and found[1] is extra:
+            return found[2], found[3]
+        skeleton = _envelope(
+            self.format, model=self._model, max_tokens=max_tokens, tools=tools, extra=extra, system=None,
+            history=[],
+        )
+        del skeleton[HISTORY_KEYS[self.format]]
+        measured = sum(_size(k) + 1 + _size(v) for k, v in skeleton.items()), len(skeleton)
+        if len(self._statics) >= _STATIC_MEMO:
+            self._statics.clear()
+        self._statics[key] = (tools, extra, *measured)
+        return measured
+
     @property
     def size(self) -> int:
         """Bytes of ``encode_body(render_request(history, ...))`` for the messages so far."""
-        fmt = self.format
-        items_sum, items_count = self._items_sum, self._items_count
-        if self._turn_role is not None:
-            items_sum += self._turn_size()
-            items_count += 1
-        fields_sum = self._static_sum + self._history_key + _list_size(items_sum, items_count)
-        fields = self._static_count + 1
-        if self._sys_count and fmt is not _CHAT:
+        return self.size_for(*self._default)
+
+    def size_for(
+        self, max_tokens: int | None = None, tools: Any = None, extra: Mapping[str, Any] | None = None
+    ) -> int:
+        """The size of a request carrying the same messages with this envelope.
+
+        The envelope's bytes are measured once per ``(max_tokens, tools, extra)`` —
+        the same objects: a tools list changed in place is not measured again.
+        """
+        static_sum, static_count = self._static(max_tokens, tools, extra)
+        fields_sum = static_sum + self._history_key + _list_size(self._items_sum, self._items_count)
+        fields = static_count + 1
+        if self._sys_count and self.format is not _CHAT:
             fields_sum += self._sys_key + self._system_size()
             fields += 1
         return 2 + fields_sum + fields - 1

@@ -62,6 +62,7 @@ import httpx
 from ctxrecover.messages import ToolCall
 from simulator.providers.anthropic import AnthropicWire
 from simulator.providers.bedrock import BedrockConverseWire
+from simulator.providers.decode import PrefixDecoder
 from simulator.providers.gemini import GeminiWire
 from simulator.providers.openai import OpenAIChatWire, OpenAIResponsesWire
 from simulator.providers.prices import DEFAULT_PRICE, PRICES, Price, Usage, cost, price_for
@@ -264,6 +265,7 @@ class MockProvider:
         self.retry_after = retry_after
         self.calls: MutableSequence[ProviderCall] = [] if keep_calls is None else deque(maxlen=keep_calls)
         self._count = 0
+        self._decoder = PrefixDecoder()  # a resent conversation is decoded from where it changed
         self._usage = Usage(0, 0)
         self._cost = 0.0
         self._script = self._as_callable(script)
@@ -334,7 +336,7 @@ class MockProvider:
                        f"got {request.method} {path}")
             return self._record(self.wire.error(message, status=404), "not_found", record)
         try:
-            body = json.loads(raw)
+            body = self._decoder.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return self._record(self.wire.invalid_json(raw), "invalid_request", record)
         if not isinstance(body, dict):

@@ -8,6 +8,7 @@ Chat Completions overflow text states the numbers.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import is_
 from typing import Any
 
 import httpx
@@ -98,6 +99,12 @@ class _OpenAIErrors(Wire):
                                              "x-ratelimit-remaining-tokens": "0"})
 
 
+def _resends(messages: list[Any], previous: list[Any]) -> bool:
+    """True when ``messages`` starts with the very objects of ``previous`` (identity, not equality)."""
+    count = len(previous)
+    return 0 < count <= len(messages) and all(map(is_, messages[:count], previous))
+
+
 class OpenAIChatWire(_OpenAIErrors):
     fmt = "openai-chat"
 
@@ -106,6 +113,12 @@ class OpenAIChatWire(_OpenAIErrors):
             if body.get(name) is not None:
                 return name, int(body[name])
         return "max_tokens", None
+
+    def __init__(self) -> None:
+        # The message list last analysed in full, with the walk's state after it: (messages, chars,
+        # images, pending call ids, owner). A body that resends those very message objects first (the
+        # mock's PrefixDecoder reuses them) resumes the walk after them instead of redoing it.
+        self._resume: tuple[list[Any], int, int, list[str], int] | None = None
 
     def analyse(self, body: Mapping[str, Any], tally: Tally) -> None:
         if not body.get("model"):
@@ -119,7 +132,13 @@ class OpenAIChatWire(_OpenAIErrors):
         tally.message_count = len(messages)
         pending: list[str] = []  # call ids of the owning assistant still waiting for a tool message
         owner = -1
-        for i, message in enumerate(messages):
+        start = 0
+        resume = self._resume
+        if resume is not None and isinstance(messages, list) and _resends(messages, resume[0]):
+            start, tally.chars, tally.images = len(resume[0]), resume[1], resume[2]
+            pending, owner = list(resume[3]), resume[4]
+        for i in range(start, len(messages)):
+            message = messages[i]
             role = message.get("role")
             if role not in ("system", "developer", "user", "assistant", "tool", "function"):
                 raise Invalid(OPENAI_INVALID_ROLE % role, param=f"messages.[{i}].role", code="invalid_value")
@@ -148,6 +167,8 @@ class OpenAIChatWire(_OpenAIErrors):
                     tally.images += 1
                 elif isinstance(part, dict):
                     tally.text(part.get("text"))
+        if isinstance(messages, list):
+            self._resume = (list(messages), tally.chars, tally.images, list(pending), owner)
         if pending:
             raise Invalid(OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending), outcome="malformed_history",
                            param=f"messages.[{owner}].role")

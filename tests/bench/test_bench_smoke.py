@@ -46,6 +46,18 @@ def test_sizing_bench_sizes_a_tiny_history_exactly(bench: Any) -> None:
         assert _finite(result["ratio"])
 
 
+def test_turn_bench_times_steady_turns_through_httpx_sender(bench: Any) -> None:
+    turn = bench("bench_turn")
+    result = turn.run(messages=TINY_MESSAGES, target_bytes=TINY_BYTES, turns=3, dumps_repeats=1)
+    assert result["turns_timed"] == 3
+    assert result["requests"] == turn.WARMUP_TURNS + 3 + 1  # warm-up, timed, and the one that keeps its body
+    assert result["compactions"] == 0
+    assert result["messages"] > TINY_MESSAGES and result["body_bytes"] > TINY_BYTES
+    for key in ("turn_ms", "dumps_ms", "render_ms", "ratio"):
+        assert _finite(result[key])
+    assert result["post_ms"] >= 0 and result["session_ms"] >= 0
+
+
 def test_compaction_bench_runs_every_level_on_a_tiny_history(bench: Any) -> None:
     compaction = bench("bench_compaction")
     result = compaction.measure(TINY_BYTES, TINY_MESSAGES, 1)
@@ -62,6 +74,12 @@ def test_peers_bench_archives_what_it_drops_and_meets_the_target_size(bench: Any
     assert result["level3_archived_chars"] >= result["history_chars"] - result["level3_kept_chars"]
     assert 0 < result["langchain_kept_messages"] < result["messages"]
     assert _finite(result["ratio_langchain"])
+    # P3.session: Level 2 on the Session's history archives everything it drops
+    assert result["session_level2_dropped_chars"] > 0
+    assert result["session_level2_archived_chars"] >= result["session_level2_dropped_chars"]
+    assert 0 < result["session_level2_kept_messages"] < result["messages"]
+    assert _finite(result["ratio_session"])
+    assert set(result["session_level2_parts_ms"]) == {"validate_pairing", "content_chars", "archive_range"}
 
 
 def test_peers_bench_says_how_to_install_langchain_when_it_is_missing(
@@ -91,18 +109,27 @@ def test_simulator_bench_replays_the_same_work_three_ways_and_sweeps(bench: Any)
     assert _finite(sweeps["sweep_speedup"])
 
 
-def test_recovery_bench_counts_proxy_episodes_and_summarizer_cost(bench: Any) -> None:
+def test_recovery_bench_counts_every_episode_kind_and_summarizer_cost(bench: Any) -> None:
     recovery = bench("bench_recovery")
-    result = recovery.run(scenarios=["floor-too-big", "openai-128k-overflow"])
+    result = recovery.run(scenarios=["floor-too-big", "openai-128k-overflow", "rst-after-256k"])
     for key in ("three_quarters", "bisection"):
-        assert result["P5"][key]["episodes"] == 1
-        assert result["P5"][key]["rejected_per_episode"] >= 1.0
+        p5 = result["P5"][key]
+        # every kind counts: a 413 at the floor, a context overflow and a reset (SPEC §6 plain retry first)
+        assert set(p5["by_kind"]) == {"payload_too_large", "context_overflow", "transient_network"}
+        assert p5["episodes"] == 3 == len(p5["rows"])
+        assert p5["rejected"] == sum(r["rejected"] for r in p5["rows"])
+        assert p5["rejected_per_episode"] == p5["rejected"] / 3
+        assert p5["plain_retries"] == sum(1 for r in p5["rows"]
+                                          if r["kind"] == "transient_network" and r["rejected"] > 1)
+        assert p5["rejected_per_episode_after_plain_retry"] == (p5["rejected"] - p5["plain_retries"]) / 3
+        assert p5["over_one"] == [r for r in p5["rows"] if r["rejected"] > 1]
     p6 = result["P6"]
     assert p6["equal_outcome_scenarios"]
     assert p6["default"]["chars_lost"] == 0
     assert p6["ratio"] is None or p6["ratio"] >= 0
-    # openai-128k-overflow plants 14 facts: the default keeps every one recallable, the peer does not
-    assert p6["default"]["facts"] == p6["summarize_everything"]["facts"] == 14
+    # openai-128k-overflow plants 14 facts and rst-after-256k 45: the default keeps every one recallable,
+    # the peer does not
+    assert p6["default"]["facts"] == p6["summarize_everything"]["facts"] == 14 + 45
     assert p6["default"]["fact_survival"] == 1.0 > p6["summarize_everything"]["fact_survival"]
     assert 0 <= p6["default"]["facts_in_context"] <= p6["default"]["fact_survival"]
     scopes = p6["by_summary_scope"]

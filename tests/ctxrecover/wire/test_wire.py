@@ -379,6 +379,65 @@ def test_tracker_reset_starts_over(fmt: WireFormat) -> None:
     assert tracker.size == len(encode_body(render_request([Message.user("only")], fmt, model="m")))
 
 
+_EDITS = st.lists(
+    st.tuples(st.sampled_from(["append", "replace", "truncate"]), st.integers(0, 40), _MESSAGES),
+    max_size=12,
+)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@settings(max_examples=30, deadline=None)
+@given(history=_HISTORIES, edits=_EDITS)
+def test_tracker_is_exact_after_replacements_and_truncations(
+    fmt: WireFormat, history: list[Message], edits: list[tuple[str, int, Message]]
+) -> None:
+    tracker = WireSizeTracker(fmt, model="claude", max_tokens=1000, tools=TOOLS)
+    tracker.reset(history)
+    current = list(history)
+    for op, position, msg in edits:
+        if op == "append":
+            current.append(msg)
+            tracker.append(msg)
+        elif op == "truncate":
+            del current[position:]
+            tracker.truncate(position)
+        elif current:
+            index = position % len(current)
+            current[index] = msg
+            if not tracker.replace(index, msg):  # another layout: cut there and append again
+                tracker.truncate(index)
+                tracker.extend(current[index:])
+        body = render_request(current, fmt, model="claude", max_tokens=1000, tools=TOOLS)
+        assert tracker.size == len(encode_body(body))
+        assert tracker.messages == len(current)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_tracker_replace_refuses_a_change_of_layout(fmt: WireFormat) -> None:
+    history = _agent_history()
+    tracker = WireSizeTracker(fmt, model="m")
+    tracker.reset(history)
+    size = tracker.size
+    assert not tracker.replace(5, Message.assistant("a user turn becomes an answer"))
+    assert tracker.size == size
+    assert tracker.replace(5, Message.user("Now explain, in detail."))
+    edited = [*history[:5], Message.user("Now explain, in detail."), *history[6:]]
+    assert tracker.size == len(encode_body(render_request(edited, fmt, model="m")))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_tracker_sizes_other_envelopes_of_the_same_history(fmt: WireFormat) -> None:
+    history = _agent_history()
+    tracker = WireSizeTracker(fmt, model="m")
+    tracker.reset(history)
+    extra = {"temperature": 0.5}
+    cases = ((None, None, None), (50, TOOLS, None), (7, None, extra), (7, TOOLS, extra))
+    for max_tokens, tools, more in cases:
+        body = render_request(history, fmt, model="m", max_tokens=max_tokens, tools=tools, extra=more)
+        assert tracker.size_for(max_tokens, tools, more) == len(encode_body(body))
+    assert tracker.size == len(encode_body(render_request(history, fmt, model="m")))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_each_message_is_serialised_once_per_format(fmt: WireFormat, monkeypatch: pytest.MonkeyPatch) -> None:
     history = _agent_history()

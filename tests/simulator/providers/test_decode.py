@@ -1,0 +1,123 @@
+"""PrefixDecoder: json.loads of successive bodies, reusing the elements the last body held."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.providers.decode import PrefixDecoder
+
+JSON_LEAVES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12)
+JSON_VALUES = st.recursive(
+    JSON_LEAVES,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+SEPARATORS = st.sampled_from([(",", ":"), (", ", ": "), (",", ": ")])
+
+
+def _body(
+    messages: list[object], extra: dict[str, object], separators: tuple[str, str], ascii_: bool
+) -> bytes:
+    return json.dumps({"model": "m", "messages": messages, **extra}, separators=separators,
+                      ensure_ascii=ascii_).encode()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(JSON_VALUES, max_size=8),
+    st.lists(st.tuples(st.integers(0, 8), st.lists(JSON_VALUES, max_size=3)), min_size=1, max_size=5),
+    st.dictionaries(st.sampled_from(["max_tokens", "tools", "stream"]), JSON_VALUES, max_size=2),
+    SEPARATORS,
+    st.booleans(),
+)
+def test_successive_bodies_decode_as_json_loads(
+    start: list[object], edits: list[tuple[int, list[object]]], extra: dict[str, object],
+    separators: tuple[str, str], ascii_: bool,
+) -> None:
+    decoder = PrefixDecoder()
+    messages = list(start)
+    for cut, appended in [(len(start), []), *edits]:
+        messages = messages[:cut] + appended  # a kept prefix, then new messages (compaction cuts too)
+        raw = _body(messages, extra, separators, ascii_)
+        assert decoder.loads(raw) == json.loads(raw)
+
+
+def test_an_unchanged_prefix_is_reused_not_decoded_again() -> None:
+    decoder = PrefixDecoder()
+    history = [{"role": "user", "content": f"question {i} ✓"} for i in range(5)]
+    first = decoder.loads(_body(history, {}, (",", ":"), False))
+    answered = [*history, {"role": "assistant", "content": "answer"}]
+    second = decoder.loads(_body(answered, {}, (",", ":"), False))
+    assert decoder.reused == 5
+    assert second["messages"][:5] == first["messages"] and second["messages"][5]["content"] == "answer"
+    edited = [{"role": "user", "content": "changed"}, *history[1:]]
+    assert decoder.loads(_body(edited, {}, (",", ":"), False))["messages"] == edited
+    assert decoder.reused == 0  # the offsets after the edit moved: nothing matched
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"messages":[{"role":"user"}',            # truncated
+    b'{"messages":[1,]}',                       # trailing comma
+    b'{"messages":[1]} x',                      # trailing data
+    b'{"a":"\xff"}',                            # not UTF-8
+    b'{"a":"\x01"}',                            # control character in a string
+    b'[1, 2]',                                  # not an object
+    b'{"messages":[12]}',                       # a number whose text grows below
+])
+def test_bad_or_unusual_bodies_raise_or_return_as_json_loads(raw: bytes) -> None:
+    decoder = PrefixDecoder()
+    decoder.loads(b'{"messages":[1]}')
+    try:
+        expected: object = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        with pytest.raises(type(exc)) as caught:
+            decoder.loads(raw)
+        assert str(caught.value) == str(exc)
+    else:
+        assert decoder.loads(raw) == expected
+    assert decoder.loads(b'{"messages":[123]}') == {"messages": [123]}  # "1" is a prefix of "123"
+
+
+class _CountingDict(dict):  # type: ignore[type-arg]
+    reads = 0
+
+    def get(self, *args: object) -> object:
+        _CountingDict.reads += 1
+        return super().get(*args)
+
+
+def _tally(wire: object, body: dict[str, object]) -> tuple[int, int, int]:
+    from simulator.providers.wire import Tally
+
+    tally = Tally()
+    wire.analyse(body, tally)  # type: ignore[attr-defined]
+    return tally.message_count, tally.chars, tally.images
+
+
+def test_openai_chat_analysis_resumes_after_the_very_messages_it_saw_last() -> None:
+    from simulator.providers.openai import OpenAIChatWire
+    from simulator.providers.wire import Invalid
+
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    prefix = [_CountingDict(role="user", content="read it"),
+              _CountingDict(role="assistant", content=None, tool_calls=[call])]
+    wire = OpenAIChatWire()
+    with pytest.raises(Invalid):  # the call is still unanswered: rejected, but the walk is kept
+        _tally(wire, {"model": "m", "messages": prefix})
+    resent = [*prefix, {"role": "tool", "tool_call_id": "c1", "content": "data"},
+              {"role": "image", "content": "x"}]
+    _CountingDict.reads = 0
+    with pytest.raises(Invalid) as resumed:
+        _tally(wire, {"model": "m", "messages": resent})
+    assert _CountingDict.reads == 0  # the resent prefix was not walked again
+    with pytest.raises(Invalid) as fresh:
+        _tally(OpenAIChatWire(), {"model": "m", "messages": json.loads(json.dumps(resent))})
+    assert (resumed.value.message, resumed.value.param) == (fresh.value.message, fresh.value.param)
+    answered = resent[:3]
+    assert _tally(wire, {"model": "m", "messages": answered}) == _tally(
+        OpenAIChatWire(), {"model": "m", "messages": json.loads(json.dumps(answered))})
+    assert _CountingDict.reads == 0
