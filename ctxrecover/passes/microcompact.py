@@ -208,13 +208,9 @@ def _folded(
 ) -> str | None:
     """The stub ``msg`` becomes at ``age`` (SPEC §3.3), or None when it stays as it is."""
     truncate_turns, summarize_turns, min_content = turns
-    if age < truncate_turns or msg.preserve_verbatim or msg.is_summary:
-        return None
-    if msg.role != "tool" and not (msg.role == "user" and msg.agent_feedback):
+    if age < truncate_turns or not _foldable_kind(msg):
         return None
     content = msg.content
-    if content.startswith(SUMMARY_PREFIX):
-        return None
     previewed = _previewed_original(content, archive)
     if age >= summarize_turns and (previewed or len(content) >= min_content):
         stub = folder.summarize(msg, previewed)
@@ -277,16 +273,16 @@ def _preview_shaped(content: str) -> bool:
     return PREVIEW_OMISSION_RE.search(content) is not None or TRUNCATION_RE.search(content) is not None
 
 
+def _foldable_kind(msg: Message) -> bool:
+    """A tool result or agent feedback that is neither kept verbatim nor a summary (SPEC §3.3)."""
+    if msg.preserve_verbatim or msg.is_summary or msg.content.startswith(SUMMARY_PREFIX):
+        return False
+    return msg.role == "tool" or (msg.role == "user" and msg.agent_feedback)
+
+
 def _may_fold(msg: Message, min_content: int) -> bool:
     """False when microcompact will never change ``msg``, whatever its age and the archive."""
-    if msg.preserve_verbatim or msg.is_summary:
-        return False
-    if msg.role != "tool" and not (msg.role == "user" and msg.agent_feedback):
-        return False
-    content = msg.content
-    if content.startswith(SUMMARY_PREFIX):
-        return False
-    return len(content) >= min_content or _preview_shaped(content)
+    return _foldable_kind(msg) and (len(msg.content) >= min_content or _preview_shaped(msg.content))
 
 
 class _FoldWatch:
