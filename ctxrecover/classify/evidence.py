@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from ctxrecover.classify.page import MARKUP, Page, reduce_html
 from ctxrecover.classify.tables import STATUS_TOKEN
@@ -230,8 +231,8 @@ def _add_headers(x: _Reading, headers: object) -> None:
     if headers is None:
         return
     try:
-        pairs = headers.items() if isinstance(headers, Mapping) or hasattr(headers, "items") else headers
-        for n, pair in enumerate(pairs):  # type: ignore[union-attr]
+        pairs: Any = headers.items() if isinstance(headers, Mapping) or hasattr(headers, "items") else headers
+        for n, pair in enumerate(pairs):
             if n >= MAX_HEADERS:
                 break
             name, value = pair
@@ -283,9 +284,9 @@ def _add_exception(x: _Reading, exc: object) -> None:
     for name in REJECTED_BYTES_ATTRS:
         x.rejected_bytes = x.rejected_bytes or _positive_int(_attr(exc, name))
     if x.rejected_bytes is None and request is not None:
-        length = _attr(request, "headers")
+        length: Any = _attr(request, "headers")
         try:
-            value = length.get("content-length") if length is not None else None  # type: ignore[union-attr]
+            value = length.get("content-length") if length is not None else None
             x.rejected_bytes = _positive_int(int(value)) if value is not None else None
         except Exception:
             x.rejected_bytes = None

@@ -256,9 +256,10 @@ def _segment_valid(messages: list[Message], span: range, opened: bool) -> bool:
             if "" in pending or len(pending) != len(owner.tool_calls):
                 return False
             while start < span.stop and messages[start].role == "tool":
-                if messages[start].tool_call_id not in pending:
+                call_id = messages[start].tool_call_id
+                if call_id is None or call_id not in pending:
                     return False
-                pending.remove(messages[start].tool_call_id)
+                pending.remove(call_id)
                 start += 1
             if pending:
                 return False

@@ -66,6 +66,7 @@ def _image_block(image: Image, fmt: WireFormat) -> dict[str, Any]:
     if fmt is _RESPONSES:
         return {"type": "input_image", "image_url": _data_url(image)}
     if fmt is _ANTHROPIC:
+        source: dict[str, str | None]
         if image.data is not None:
             source = {"type": "base64", "media_type": image.media_type, "data": image.data}
         else:

@@ -143,7 +143,7 @@ def _parse_gemini(data: dict[str, Any]) -> tuple[str, list[ToolCall], str | None
         return "", [], data["promptFeedback"].get("blockReason")
     candidate = _get(data, "candidates.0", dict, _GEMINI)
     texts: list[str] = []
-    calls = []
+    calls: list[ToolCall] = []
     for i, part in enumerate((candidate.get("content") or {}).get("parts") or ()):
         if not isinstance(part, dict) or part.get("thought"):
             continue
