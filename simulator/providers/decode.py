@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["PrefixDecoder"]
 
 _WHITESPACE = re.compile(r"[ \t\n\r]*")  # json.decoder.WHITESPACE
-_SCAN = json.JSONDecoder().scan_once
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_SCAN_STRING: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def _skip(text: str, pos: int) -> int:
+    """The position after the JSON whitespace at ``pos``."""
+    return _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]  # the pattern matches ""
 
 
 class _Unread(Exception):
@@ -69,33 +76,34 @@ class PrefixDecoder:
             return json.loads(raw)
 
     def _object(self, text: str) -> dict[str, Any]:
-        previous, runs = self._runs, {}
+        previous: dict[int, _Run] = self._runs
+        runs: dict[int, _Run] = {}
         self.reused = 0
         result: dict[str, Any] = {}
-        pos = _WHITESPACE.match(text, 1).end()
+        pos = _skip(text, 1)
         if text[pos] == "}":
             pos += 1
         else:
             while True:
                 if text[pos] != '"':
                     raise _Unread
-                key, pos = json.decoder.scanstring(text, pos + 1)
-                pos = _WHITESPACE.match(text, pos).end()
+                key, pos = _SCAN_STRING(text, pos + 1)
+                pos = _skip(text, pos)
                 if text[pos] != ":":
                     raise _Unread
-                pos = _WHITESPACE.match(text, pos + 1).end()
+                pos = _skip(text, pos + 1)
                 if text[pos] == "[":
                     result[key], pos = self._array(text, pos, previous, runs)
                 else:
                     result[key], pos = _SCAN(text, pos)
-                pos = _WHITESPACE.match(text, pos).end()
+                pos = _skip(text, pos)
                 if text[pos] == "}":
                     pos += 1
                     break
                 if text[pos] != ",":
                     raise _Unread
-                pos = _WHITESPACE.match(text, pos + 1).end()
-        if _WHITESPACE.match(text, pos).end() != len(text):
+                pos = _skip(text, pos + 1)
+        if _skip(text, pos) != len(text):
             raise _Unread
         self._runs = runs
         return result
@@ -103,31 +111,31 @@ class PrefixDecoder:
     def _array(
         self, text: str, pos: int, previous: dict[int, _Run], runs: dict[int, _Run]
     ) -> tuple[list[Any], int]:
-        first = pos = _WHITESPACE.match(text, pos + 1).end()
+        first = pos = _skip(text, pos + 1)
         if text[pos] == "]":
             return [], pos + 1
         values, ends = self._reused(text, first, previous.get(first))
         if values:
             pos = first + ends[-1]
-            pos = _WHITESPACE.match(text, pos).end()
+            pos = _skip(text, pos)
             if text[pos] == "]":
                 runs[first] = _Run(text[first:first + ends[-1]], values, ends)
                 return list(values), pos + 1
             if text[pos] != ",":
                 raise _Unread
-            pos = _WHITESPACE.match(text, pos + 1).end()
+            pos = _skip(text, pos + 1)
         values, ends = list(values), list(ends)
         while True:
             value, end = _SCAN(text, pos)
             values.append(value)
             ends.append(end - first)
-            pos = _WHITESPACE.match(text, end).end()
+            pos = _skip(text, end)
             if text[pos] == "]":
                 runs[first] = _Run(text[first:end], values, ends)
                 return list(values), pos + 1
             if text[pos] != ",":
                 raise _Unread
-            pos = _WHITESPACE.match(text, pos + 1).end()
+            pos = _skip(text, pos + 1)
 
     def _reused(self, text: str, first: int, run: _Run | None) -> tuple[list[Any], list[int]]:
         """The longest run of the last body's elements found again at the same offsets (values, ends)."""
