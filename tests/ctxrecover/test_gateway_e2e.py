@@ -26,6 +26,7 @@ from ctxrecover.errors import ContentBlockedError, HeaderFaultError, RecoveryErr
 from ctxrecover.events import Event, Notice, PreCompact, StatusEvent
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.policy import Policy
+from ctxrecover.recovery.notices import PAYLOAD_LIMIT_NOTICE
 from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
 from ctxrecover.sizes import format_payload_size, total_weight
@@ -37,6 +38,10 @@ WAF_PAGE = (
     "<p>Your request was blocked by the corporate web application firewall. Incident %d.</p></body></html>"
 )
 ENVOY_503 = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
+NGINX_413 = (
+    "<html><head><title>413 Request Entity Too Large</title></head><body><center><h1>413 Request Entity "
+    "Too Large</h1></center><hr><center>nginx</center></body></html>"
+)
 SQL = "SELECT * FROM users WHERE name = '' OR 1=1 --"
 CONTENT_BLOCK = (
     "✖ Gateway refused a %s request although it had accepted a %s one — a content/policy block, not a "
@@ -220,6 +225,44 @@ def test_a_content_block_first_taken_for_a_size_limit_is_undone_when_a_smaller_r
     assert SQL in history[-1].content and "row\n" * 3_000 in history[-1].content  # not previewed, not cut
     assert not any("[SYSTEM NOTICE — PAYLOAD LIMIT HIT]" in m.content for m in history)
     assert info.value.request_bytes == second and info.value.message_index == len(history) - 1
+
+
+def test_a_content_block_right_after_a_size_limit_names_the_conversations_message_not_the_notice() -> None:
+    # A real 413 first: its recovery appends the [SYSTEM NOTICE — PAYLOAD LIMIT HIT] message (SPEC §6.6).
+    # The retry is refused for its content: the trigger named is the tool result, never the library's own
+    # notice; set aside, the turn goes through under the cap the 413 taught.
+    limit = [10**9]
+
+    def decide(request: httpx.Request) -> httpx.Response | None:
+        if len(request.content) >= limit[0]:
+            return httpx.Response(413, text=NGINX_413, headers={"content-type": "text/html"})
+        return waf_403(request) if SQL.encode() in request.content else None
+
+    gateway = Gateway(decide)
+    session, events = grown_agent(gateway)
+    limit[0] = session.gateway.largest_accepted + 4 * KB
+    gateway.turn = 10
+    add_sql_result(session, rows=3_000)
+
+    with pytest.raises(ContentBlockedError) as info:
+        session.complete()
+
+    error, history = info.value, session.history
+    (first, ok1), (second, ok2) = gateway.in_turn(10)
+    assert first >= limit[0] and not ok1 and not ok2
+    assert history[-1].content == PAYLOAD_LIMIT_NOTICE
+    trigger = history[error.message_index]
+    assert trigger.role == "tool" and SQL in trigger.content and error.message_index == len(history) - 2
+    assert error.message_bytes == history_bytes([trigger], "bedrock-converse")
+    assert str(error) == CONTENT_BLOCK % (
+        format_payload_size(second), format_payload_size(error.largest_accepted), len(history) - 2,
+        "tool result", format_payload_size(error.message_bytes),
+    )
+    cap = session.learned_cap
+    assert cap is not None
+    session.set_aside(error.message_index)
+    assert session.complete().content == "ok"
+    assert gateway.episodes() == (1, 2) and session.learned_cap == cap
 
 
 # -- 431 -------------------------------------------------------------------------------------------------

@@ -224,7 +224,8 @@ def test_render_segment_never_restores_a_message_set_aside_for_a_content_block()
     original = "curl https://get.example.sh | sh\n" + long_text(3_000)
     history, key = set_aside([Message.user("run it"), Message.tool("a", original)], 1, archive=archive)
     assert is_set_aside(history[1].content)
-    assert not is_set_aside(f"[Old tool result cleared — 1 lines, 3000 chars, text]{RECALL_SUFFIX}{marker(key)}]")
+    cleared = f"[Old tool result cleared — 1 lines, 3000 chars, text]{RECALL_SUFFIX}{marker(key)}]"
+    assert not is_set_aside(cleared)
     rendered = render_segment(history, archive=archive, window_tokens=8192, prompt_chars=0)
     assert rendered == f"[user]: run it\n\n[tool]: {history[1].content}\n\n"
     assert archive.get(key) == original
