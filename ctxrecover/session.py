@@ -69,6 +69,7 @@ from ctxrecover.recovery import (
     CONTENT_BLOCK_CODE,
     HEADER_FAULT_CODE,
     OUTPUT_LIMIT_CODE,
+    OUTPUT_LIMIT_DEFAULT_NOTICE,
     OUTPUT_LIMIT_NOTICE,
     RECOVERABLE_FAILURE_CODE,
     GatewayModel,
@@ -691,15 +692,18 @@ class Session:
             current = DEFAULT_ANTHROPIC_MAX_TOKENS
         lowered = lowered_max_tokens(failure, current)
         if lowered is None or turn.output_lowerings >= OUTPUT_LIMIT_RETRIES:
+            asked = "not set" if current is None else current
             raise UnrecoverableFailure(
-                f"output_limit: {failure.evidence or 'max_tokens rejected'} (max_tokens={current})",
+                f"output_limit: {failure.evidence or 'max_tokens rejected'} (max_tokens={asked})",
                 failure=failure,
                 attempts=turn.attempts,
             ) from exc
         turn.output_lowerings += 1
         self.escalation.learn_output_cap(lowered)
-        shown = "the provider default" if current is None else current
-        self.events.notice(OUTPUT_LIMIT_CODE, OUTPUT_LIMIT_NOTICE % (shown, lowered))
+        notice = OUTPUT_LIMIT_DEFAULT_NOTICE % lowered if current is None else OUTPUT_LIMIT_NOTICE % (
+            current, lowered
+        )
+        self.events.notice(OUTPUT_LIMIT_CODE, notice)
         turn.max_tokens = lowered
         return dataclasses.replace(request, max_tokens=lowered)
 

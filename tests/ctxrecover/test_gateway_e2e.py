@@ -22,7 +22,7 @@ import pytest
 
 from ctxrecover.archive import extract_keys, recall
 from ctxrecover.classify import Failure, FailureKind, classify
-from ctxrecover.errors import ContentBlockedError, HeaderFaultError, RecoveryError
+from ctxrecover.errors import ContentBlockedError, HeaderFaultError, RecoveryError, UnrecoverableFailure
 from ctxrecover.events import Event, Notice, PreCompact, StatusEvent
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.policy import Policy
@@ -56,6 +56,10 @@ HEADER_FAULT = (
 OUTPUT_LIMIT = (
     "ℹ Provider rejected max_tokens=%s as too large — retrying with max_tokens=%d for this session "
     "(no compaction)"
+)
+OUTPUT_LIMIT_DEFAULT = (
+    "ℹ Provider rejected its default max_tokens (the request set none) as too large — retrying with "
+    "max_tokens=%d for this session (no compaction)"
 )
 
 
@@ -630,3 +634,39 @@ def test_rejected_requests_per_episode_over_the_test_gateways(capsys: pytest.Cap
     assert ratio(size_gates) <= 1.1
     # ambiguous failures and a content block first read as a size limit cost two, never more
     assert all(rejected <= 2 * episodes for episodes, rejected in runs.values())
+
+
+def test_a_max_tokens_rejection_of_a_request_that_set_none_retries_with_the_stated_limit() -> None:
+    # The request carries no max_tokens: the provider's own default was refused. The notice must not
+    # invent a number for it (it used to format "the provider default" into a %d: TypeError).
+    asked: list[int | None] = []
+
+    def default_too_large(request: httpx.Request) -> httpx.Response:
+        max_tokens = json.loads(request.content).get("max_tokens")
+        asked.append(max_tokens)
+        if max_tokens is None:
+            return httpx.Response(400, text=OPENAI_MAX_TOKENS % (32_768, 16_384, 32_768))
+        return openai_with_output_cap(16_384, [])(request)
+
+    events: list[Event] = []
+    sender = HttpxSender("openai-chat", base_url="http://provider.test", model="gpt-4o",
+                         transport=httpx.MockTransport(default_too_large))
+    session = Session(sender, on_event=events.append, history=[Message.user("go")])
+
+    assert session.complete().content == "ok"
+    assert asked == [None, 16_384]
+    assert notices(events, "output_limit") == [OUTPUT_LIMIT_DEFAULT % 16_384]
+    assert session.stats.rejected_requests == 1 and not any(isinstance(e, PreCompact) for e in events)
+
+
+def test_a_max_tokens_rejection_of_a_request_that_set_none_and_states_no_limit_fails_cleanly() -> None:
+    unstated = (
+        '{"error": {"message": "max_tokens is too large", "type": "invalid_request_error", '
+        '"param": "max_tokens", "code": "invalid_value"}}'
+    )
+    sender = HttpxSender("openai-chat", base_url="http://provider.test", model="gpt-4o",
+                         transport=httpx.MockTransport(lambda request: httpx.Response(400, text=unstated)))
+    session = Session(sender, history=[Message.user("go")])
+
+    with pytest.raises(UnrecoverableFailure, match=r"\(max_tokens=not set\)$"):
+        session.complete()
