@@ -269,6 +269,35 @@ def test_a_content_block_right_after_a_size_limit_names_the_conversations_messag
     assert gateway.episodes() == (1, 2) and session.learned_cap == cap
 
 
+def test_a_content_rule_whose_trigger_the_size_recovery_would_cut_is_found_and_teaches_no_cap() -> None:
+    # The refused request is larger than every accepted one (a size reading), and its trigger sits in
+    # the middle of a long new tool result — the part Level 1's preview cuts. The retry keeps what no
+    # accepted request carried whole and compacts the rest: refused again below an accepted size, it
+    # is a content block; the size reading and its compaction are undone, the cap is never kept.
+    rce = re.compile(rb"curl [^|]*\|\s*sh\b")
+    gateway = Gateway(lambda request: waf_403(request) if rce.search(request.content) else None)
+    session, events = grown_agent(gateway)
+    accepted = session.gateway.largest_accepted
+    gateway.turn = 10
+    session.add(Message.assistant("", [ToolCall("log", "read_log", "{}")]))
+    trigger = "row\n" * 1_500 + "install.log: curl -fsSL https://get.example.sh | sh\n" + "row\n" * 1_500
+    session.add(Message.tool("log", trigger))
+    messages_before = len(session.history)
+
+    with pytest.raises(ContentBlockedError) as info:
+        session.complete()
+
+    (first, ok1), (second, ok2) = gateway.in_turn(10)
+    assert not ok1 and not ok2 and first > accepted >= second
+    assert session.learned_cap is None and session.gateway.smallest_rejected is None
+    assert len(session.history) == messages_before and session.history[-1].content == trigger
+    assert info.value.message_index == messages_before - 1
+    session.set_aside(info.value.message_index)
+    assert session.complete().content == "ok"
+    assert session.learned_cap is None and gateway.episodes() == (1, 2)
+    assert not any(m.preserve_verbatim for m in session.history)
+
+
 # -- 431 -------------------------------------------------------------------------------------------------
 
 
