@@ -582,9 +582,10 @@ class Session:
         Marked ``preserve_verbatim`` for this attempt, they survive the ladder step and the
         prologue's compaction while they fit the verbatim share of the budget (SPEC §5);
         larger, the attempt keeps the conversation from the user message before the first of
-        them (:class:`~ctxrecover.recovery.Level2`, older messages archived, the proven ones
-        kept cut like Level 3's) and sends it without further compaction when it is no larger
-        than what the gateway accepted.
+        them (:class:`~ctxrecover.recovery.Level2`, older messages archived, the proven ones cut
+        to the shrink floor: :class:`~ctxrecover.recovery.probe.CapProven`) and sends it without
+        further compaction. A retry larger than what the gateway accepted tells nothing: it is
+        compacted as usual.
         """
         unproven_weight = sum(self.passes.weight([self._history[i]]) for i in indices)
         share = self.char_budget(max_tokens=turn.max_tokens) * self.policy.verbatim_budget_fraction

@@ -24,7 +24,7 @@ from ctxrecover.recovery.notices import (
     ROLE_LABELS,
 )
 from ctxrecover.sizes import format_payload_size
-from ctxrecover.summarize.prompt import is_set_aside
+from ctxrecover.summarize.prompt import SET_ASIDE_RE
 from ctxrecover.wire import WireFormat, history_bytes
 
 __all__ = [
@@ -50,7 +50,8 @@ def is_library_message(msg: Message) -> bool:
     set aside — none of it can be what a gateway's content rule refuses."""
     if msg.is_summary or msg.content in LIBRARY_TEXTS:
         return True
-    return not msg.tool_calls and is_set_aside(msg.content)  # a stub keeps its calls: they may carry it
+    # A set-aside stub keeps its tool calls, which may carry the content: then it stays a suspect.
+    return not msg.tool_calls and SET_ASIDE_RE.fullmatch(msg.content) is not None
 
 
 def newest_conversation_message(history: Sequence[Message]) -> int:
