@@ -69,10 +69,12 @@ from ctxrecover.recovery import (
     CONTENT_BLOCK_CODE,
     HEADER_FAULT_CODE,
     OUTPUT_LIMIT_CODE,
+    OUTPUT_LIMIT_DEFAULT_NOTICE,
     OUTPUT_LIMIT_NOTICE,
     RECOVERABLE_FAILURE_CODE,
     GatewayModel,
     Judgement,
+    Level2,
     RecoveryContext,
     RecoveryLadder,
     Verdict,
@@ -91,6 +93,7 @@ from ctxrecover.recovery.diagnosis import (
     lowered_max_tokens,
 )
 from ctxrecover.recovery.escalation import OutputEscalation
+from ctxrecover.recovery.probe import CapProven, keep_from, mark_unproven, unmarked, unproven
 from ctxrecover.senders import ChatRequest, ChatResponse, Sender
 from ctxrecover.sizes import char_budget, total_weight
 from ctxrecover.summarize import (
@@ -290,6 +293,9 @@ class Session:
         )
         self._history = self._admitted(history, start=0)
         self._env_reported = False
+        # Messages no accepted request carried yet (added, or answered, since the last one), by id.
+        self._unproven: dict[int, Message] = {}
+        self._marked: dict[int, tuple[Message, Message]] = {}  # probe marks, for undo snapshots
 
     # -- state ----------------------------------------------------------------
     @property
@@ -334,7 +340,9 @@ class Session:
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Append several messages; all are checked first (like :meth:`add`), so none or all enter."""
-        self._history.extend(self._admitted(messages, start=len(self._history)))
+        admitted = self._admitted(messages, start=len(self._history))
+        self._history.extend(admitted)
+        self._unproven.update((id(m), m) for m in admitted)
         self.archive.track(LIVE_HISTORY, self._history)
 
     @staticmethod
@@ -440,6 +448,7 @@ class Session:
                 request = self._after_failure(exc, request, turn, cancel)
                 continue
             self._account(request, response)
+            self._unproven = {id(response.message): response.message}  # the answer was never sent
             accepted = self._gateway.accepted(response.request_bytes, policy=self.policy)
             self._update_gateway(accepted, accepted=True)
             turn.before_recovery, turn.size_signatures = None, set()
@@ -451,7 +460,9 @@ class Session:
                 grown = self.escalation.next_max_tokens(turn.max_tokens, room=room)
                 if grown is not None:
                     self.stats.escalations += 1
+                    known = len(self._history)
                     self._history = self.escalation.continuation(self._history, response.message)
+                    self._unproven.update((id(m), m) for m in self._history[known:])
                     turn.max_tokens = grown
                     request = self._prologue(turn.max_tokens, cancel)
                     continue
@@ -513,7 +524,9 @@ class Session:
                 f"{failure.kind}: {failure.evidence or failure.kind}", failure=failure, attempts=turn.attempts
             ) from exc
         announced = False
+        probe: tuple[int, ...] = ()
         if judged.verdict is Verdict.SIZE_LIMIT:
+            probe = self._probe_indices(failure, turn)
             if failure.notice:  # SPEC §6's order: the retry notice, then what the rejection teaches
                 self.events.notice(RECOVERABLE_FAILURE_CODE, failure.notice)
                 announced = True
@@ -530,10 +543,14 @@ class Session:
         retry = request
         while turn.attempts < self.policy.max_recovery_attempts:
             turn.attempts += 1
-            self._recover(failure, turn.attempts, announce=not announced)
+            if probe:  # this attempt keeps what the gateway never accepted whole (recovery.probe)
+                retry = self._probe_retry(failure, turn, probe, announce=not announced, cancel=cancel)
+                probe = ()
+            else:
+                self._recover(failure, turn.attempts, announce=not announced)
+                self._learn_window(failure)
+                retry = self._prologue(turn.max_tokens, cancel)
             announced = True  # one notice per rejected request, however many levels it takes to retry
-            self._learn_window(failure)
-            retry = self._prologue(turn.max_tokens, cancel)
             if self._known_failure(retry) is None:
                 return retry
         # Compaction did all it could: when its smallest request is still as large as a rejected one,
@@ -550,6 +567,60 @@ class Session:
             failure=failure,
             attempts=turn.attempts,
         ) from exc
+
+    def _probe_retry(
+        self,
+        failure: Failure,
+        turn: _Turn,
+        indices: tuple[int, ...],
+        *,
+        announce: bool,
+        cancel: CancelToken | None,
+    ) -> ChatRequest:
+        """The recovery attempt for a WAF's size reading that keeps the unproven messages whole.
+
+        Marked ``preserve_verbatim`` for this attempt, they survive the ladder step and the
+        prologue's compaction while they fit the verbatim share of the budget (SPEC §5);
+        larger, the attempt keeps the conversation from the user message before the first of
+        them (:class:`~ctxrecover.recovery.Level2`, older messages archived, the proven ones cut
+        to the shrink floor: :class:`~ctxrecover.recovery.probe.CapProven`) and sends it without
+        further compaction. A retry larger than what the gateway accepted tells nothing: it is
+        compacted as usual.
+        """
+        unproven_weight = sum(self.passes.weight([self._history[i]]) for i in indices)
+        share = self.char_budget(max_tokens=turn.max_tokens) * self.policy.verbatim_budget_fraction
+        self._history, marks = mark_unproven(self._history, indices)
+        self._marked = marks
+        if unproven_weight <= share:
+            self._recover(failure, turn.attempts, announce=announce)
+            retry = self._prologue(turn.max_tokens, cancel)
+        else:
+            keep = keep_from(self._history, indices[0])
+            ladder = RecoveryLadder(Level2(keep=keep) + CapProven())
+            self._recover(failure, turn.attempts, announce=announce, ladder=ladder)
+            retry = self._outgoing(turn.max_tokens)
+        self._history = unmarked(self._history, marks)
+        self.archive.track(LIVE_HISTORY, self._history)
+        retry = dataclasses.replace(retry, messages=tuple(unmarked(retry.messages, marks)))
+        if self._size_of(retry) > self._gateway.largest_accepted:
+            retry = self._prologue(turn.max_tokens, cancel)  # it tells nothing: compact as usual
+        return retry
+
+    def _probe_indices(self, failure: Failure, turn: _Turn) -> tuple[int, ...]:
+        """The messages the retry for a size reading keeps whole, to tell it from a content rule
+        (:mod:`ctxrecover.recovery.probe`): only for a WAF refusal (a 413 names the size; a 403
+        does not), the turn's first, and only when those messages fit under what the gateway
+        accepted with the system messages — else no retry keeping them could tell anything."""
+        if failure.kind is not FailureKind.WAF_REJECTION or turn.before_recovery is not None:
+            return ()
+        indices = unproven(self._history, self._unproven)
+        if not indices:
+            return ()
+        system = self._history[: leading_system_count(self._history)]
+        kept = [*system, *(self._history[i] for i in indices)]
+        if self._request_bytes(kept, turn.max_tokens) > self._gateway.largest_accepted:
+            return ()
+        return indices
 
     # -- what the gateway model decides ----------------------------------------------------------
     def _update_gateway(self, model: GatewayModel, *, accepted: bool = False) -> None:
@@ -691,15 +762,18 @@ class Session:
             current = DEFAULT_ANTHROPIC_MAX_TOKENS
         lowered = lowered_max_tokens(failure, current)
         if lowered is None or turn.output_lowerings >= OUTPUT_LIMIT_RETRIES:
+            asked = "not set" if current is None else current
             raise UnrecoverableFailure(
-                f"output_limit: {failure.evidence or 'max_tokens rejected'} (max_tokens={current})",
+                f"output_limit: {failure.evidence or 'max_tokens rejected'} (max_tokens={asked})",
                 failure=failure,
                 attempts=turn.attempts,
             ) from exc
         turn.output_lowerings += 1
         self.escalation.learn_output_cap(lowered)
-        shown = "the provider default" if current is None else current
-        self.events.notice(OUTPUT_LIMIT_CODE, OUTPUT_LIMIT_NOTICE % (shown, lowered))
+        notice = OUTPUT_LIMIT_DEFAULT_NOTICE % lowered if current is None else OUTPUT_LIMIT_NOTICE % (
+            current, lowered
+        )
+        self.events.notice(OUTPUT_LIMIT_CODE, notice)
         turn.max_tokens = lowered
         return dataclasses.replace(request, max_tokens=lowered)
 
@@ -807,8 +881,11 @@ class Session:
             self.context_window = limit
             self.events.notice("learned_window", LEARNED_WINDOW_NOTICE % limit)
 
-    def _recover(self, failure: Failure, attempt: int, *, announce: bool = True) -> None:
-        """One recovery attempt (SPEC §6 steps 3–7): the ladder step and, once, the payload notice."""
+    def _recover(
+        self, failure: Failure, attempt: int, *, announce: bool = True, ladder: RecoveryLadder | None = None
+    ) -> None:
+        """One recovery attempt (SPEC §6 steps 3–7): the ladder step (``ladder``'s, else the
+        session's) and, once, the payload notice."""
         ctx = RecoveryContext(
             policy=self.policy,
             archive=self.archive,
@@ -822,7 +899,7 @@ class Session:
                 self._history,
                 failure,
                 attempt,
-                ladder=self.ladder,
+                ladder=ladder or self.ladder,
                 ctx=ctx,
                 events=self.events,
                 before_rewrite=self.compactor.prepare_rewrite,
@@ -929,7 +1006,7 @@ class Session:
         snapshot = self.compactor.undo()
         if snapshot is None:
             return False
-        self._history = snapshot
+        self._history = unmarked(snapshot, self._marked)
         return True
 
     # -- persistence --------------------------------------------------------------

@@ -13,22 +13,54 @@ from ctxrecover.classify import Failure
 from ctxrecover.errors import ContentBlockedError, HeaderFaultError, PayloadFloorError
 from ctxrecover.events import Notice
 from ctxrecover.messages import Message
-from ctxrecover.passes.truncate import leading_system_count
+from ctxrecover.passes.truncate import CONTEXT_COMPACTED_NOTICE, leading_system_count
 from ctxrecover.policy import Policy
+from ctxrecover.recovery.escalation import CONTINUATION_TEXT
 from ctxrecover.recovery.floor import diagnose_floor, smallest_request_diagnosis
-from ctxrecover.recovery.notices import CONTENT_BLOCK_NOTICE, HEADER_FAULT_NOTICE, ROLE_LABELS
+from ctxrecover.recovery.notices import (
+    CONTENT_BLOCK_NOTICE,
+    HEADER_FAULT_NOTICE,
+    PAYLOAD_LIMIT_NOTICE,
+    ROLE_LABELS,
+)
 from ctxrecover.sizes import format_payload_size
+from ctxrecover.summarize.prompt import SET_ASIDE_RE
 from ctxrecover.wire import WireFormat, history_bytes
 
 __all__ = [
+    "LIBRARY_TEXTS",
     "content_block_error",
     "floor_error",
     "header_fault_error",
+    "is_library_message",
     "least_history",
     "lowered_max_tokens",
+    "newest_conversation_message",
 ]
 
 UNKNOWN_HEADER_SIZE = "an unknown size"
+#: Whole messages the library itself appends to a history: the payload notice (SPEC §6.6), the
+#: "nothing survived" notice (§6.4) and the continuation request of an escalation (§8).
+LIBRARY_TEXTS = frozenset({PAYLOAD_LIMIT_NOTICE, CONTEXT_COMPACTED_NOTICE, CONTINUATION_TEXT})
+
+
+def is_library_message(msg: Message) -> bool:
+    """Whether ``msg`` is the library's own: a notice it appended (:data:`LIBRARY_TEXTS`), a
+    compaction product (summary, truncation notice, dropped-range note) or the stub of a message
+    set aside — none of it can be what a gateway's content rule refuses."""
+    if msg.is_summary or msg.content in LIBRARY_TEXTS:
+        return True
+    # A set-aside stub keeps its tool calls, which may carry the content: then it stays a suspect.
+    return not msg.tool_calls and SET_ASIDE_RE.fullmatch(msg.content) is not None
+
+
+def newest_conversation_message(history: Sequence[Message]) -> int:
+    """Index of the newest message after the leading system messages that is not the library's
+    own (:func:`is_library_message`), else of the newest message; -1 for an empty history."""
+    for index in range(len(history) - 1, leading_system_count(history) - 1, -1):
+        if not is_library_message(history[index]):
+            return index
+    return len(history) - 1
 
 
 def content_block_error(
@@ -41,8 +73,9 @@ def content_block_error(
     attempts: int,
 ) -> ContentBlockedError:
     """The refusal of a request no larger than one the gateway accepted: naming the newest message
-    of ``history`` (the usual trigger), its role and its size on the wire."""
-    index = len(history) - 1
+    of the conversation in ``history`` (the usual trigger; the library's own notices and stubs are
+    passed over, :func:`newest_conversation_message`), its role and its size on the wire."""
+    index = newest_conversation_message(history)
     newest = history[index] if index >= 0 else Message.user("")
     newest_bytes = history_bytes([newest], wire_format)
     message = CONTENT_BLOCK_NOTICE % (

@@ -21,6 +21,7 @@ __all__ = [
     "HEADER_FAULT_CODE",
     "HEADER_FAULT_NOTICE",
     "OUTPUT_LIMIT_CODE",
+    "OUTPUT_LIMIT_DEFAULT_NOTICE",
     "OUTPUT_LIMIT_NOTICE",
     "PREFLIGHT_LEARNED_NOTICE",
     "ROLE_LABELS",
@@ -117,6 +118,11 @@ FLOOR_SMALLEST_FAIL_NOTICE = (
 OUTPUT_LIMIT_NOTICE = (
     "ℹ Provider rejected max_tokens=%d as too large — retrying with max_tokens=%d for this session "
     "(no compaction)"
+)
+#: The same when the request set no max_tokens (the provider's default was refused): the value retried.
+OUTPUT_LIMIT_DEFAULT_NOTICE = (
+    "ℹ Provider rejected its default max_tokens (the request set none) as too large — retrying with "
+    "max_tokens=%d for this session (no compaction)"
 )
 #: Reason label of an EOF/reset with a large history (SPEC §2.5), and of one repeated at a size (§11).
 SUSPECTED_LARGE_HISTORY_REASON = "suspected payload limit (large history %s + network error)"

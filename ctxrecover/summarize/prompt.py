@@ -3,16 +3,20 @@
 The segment is budgeted against the *summarizer's* window, not the agent's:
 half of it (floor 20 000 chars) minus the prompt, split max-min fairly between
 messages. A ``<<ccr:KEY>>`` stub (a message holding less than half of its archived
-original) is rendered as that original when the original fits its share.
+original) is rendered as that original when the original fits its share — except a message
+set aside because a gateway refused to carry it (:func:`is_set_aside`): what is known to be refused
+is never sent again, not even inside a summarizer's prompt; it stays archived and recallable.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctxrecover.archive import extract_keys
 from ctxrecover.errors import ConfigError
+from ctxrecover.passes.parts import SET_ASIDE_NOTE
 
 if TYPE_CHECKING:
     from ctxrecover.archive import Archive
@@ -23,6 +27,7 @@ __all__ = [
     "SEGMENT_HEADER",
     "SUMMARY_PROMPT",
     "build_prompt",
+    "is_set_aside",
     "render_segment",
     "split_prompt",
     "summary_input_budget",
@@ -42,6 +47,9 @@ DEFAULT_CHARS_PER_TOKEN = 4.0
 # head-and-tail cut that kept more (recovery Level 1 keeps 5 000 chars of a long answer) is read as it
 # is: restoring it would pay for the whole original to learn the part the cut left out.
 STUB_MAX_SHARE = 0.5
+# The stub Session.set_aside leaves (passes.parts.SET_ASIDE_NOTE): its size and recall marker vary.
+SET_ASIDE_RE = re.compile(r".+?".join(map(re.escape, SET_ASIDE_NOTE.split("%s"))))
+SET_ASIDE_HEAD = SET_ASIDE_NOTE.split("%s", 1)[0]
 
 # -- prompt ----------------------------------------------------------------------------
 SUMMARY_PROMPT = """You are a precise, factual note-taker. Extract only facts that are stated in the \
@@ -112,11 +120,18 @@ def _fair_shares(demands: Sequence[int], budget: int) -> list[int]:
     return shares
 
 
+def is_set_aside(content: str) -> bool:
+    """Whether ``content`` is (or holds) the stub of a message set aside because a gateway refused
+    to carry it (:data:`~ctxrecover.passes.SET_ASIDE_NOTE`)."""
+    return SET_ASIDE_HEAD in content and SET_ASIDE_RE.search(content) is not None
+
+
 def _archived_original(content: str, archive: Archive | None) -> str | None:
     """The original a stub was folded from: the first marker whose entry is over
     ``1 / STUB_MAX_SHARE`` times as long as the message (a cut that still holds most of its
-    original is read as it is)."""
-    if archive is None:
+    original is read as it is). Never the original of a set-aside message: the gateway
+    refused it, and a summary quoting it would be refused again."""
+    if archive is None or is_set_aside(content):
         return None
     for key in extract_keys(content):
         original = archive.get(key)
@@ -152,7 +167,8 @@ def render_segment(
     original fits its share; a longer text keeps head and tail 3:1 around
     ``\\n... [truncated for summarization] ...\\n``. The total stays within the
     budget unless the 600-char floor makes that impossible. A message that holds half of
-    its original or more (a head-and-tail cut) is read as it is. Input is not mutated.
+    its original or more (a head-and-tail cut), and a message set aside for a gateway's
+    content rule (:func:`is_set_aside`), are read as they are. Input is not mutated.
     """
     budget = summary_input_budget(window_tokens, prompt_chars, chars_per_token)
     if not segment:

@@ -30,6 +30,7 @@ from ctxrecover.errors import CompactionCancelled, ConfigError, SummarizerError
 from ctxrecover.events import Event, EventBus, PostCompact, PreCompact, SessionStats, StatusEvent
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.passes.pairing import validate_pairing
+from ctxrecover.passes.parts import set_aside
 from ctxrecover.passes.trim import trim_history
 from ctxrecover.passes.truncate import (
     VERBATIM_RESULT_HEADER,
@@ -306,6 +307,22 @@ def test_summarizer_input_restores_a_range_behind_a_stub_as_its_transcript() -> 
     segment = h.summarizer.prompts[0].partition(SEGMENT_HEADER)[2]
     assert f"[user]: {render_transcript(older)}" in segment  # the transcript, not the range index
     assert RANGE_HEADER % 2 not in segment
+
+
+def test_a_message_set_aside_for_a_content_block_never_reaches_the_summarizer_but_stays_recallable() -> None:
+    # SPEC §11: a gateway refused to carry it; restoring it into the summarizer's prompt (SPEC §5
+    # restores folded stubs) would send it again and have the summary quote it, refused once more.
+    h = Harness(FakeSummarizer(extractive))
+    refused = "-- slow query log: SELECT id FROM users WHERE email = '' OR 1=1 -- " + text(400, "q")
+    history = agent_history(5, size=400)
+    history[3] = Message.tool("c0", refused)
+    history, key = set_aside(history, 3, archive=h.store)
+    h.compactor.compact(history, budget_chars=total_weight(history) // 2, keep_recent=8)
+    assert h.summarizer is not None and h.summarizer.calls == 1
+    segment = h.summarizer.prompts[0].partition(SEGMENT_HEADER)[2]
+    assert f"[tool]: {history[3].content}\n\n" in segment  # the stub, read as it is
+    assert "OR 1=1" not in segment
+    assert recall(h.store, key).found[key] == refused
 
 
 def test_segment_scope_summary_counts_messages_covered_by_an_earlier_summary() -> None:

@@ -22,10 +22,11 @@ import pytest
 
 from ctxrecover.archive import extract_keys, recall
 from ctxrecover.classify import Failure, FailureKind, classify
-from ctxrecover.errors import ContentBlockedError, HeaderFaultError, RecoveryError
+from ctxrecover.errors import ContentBlockedError, HeaderFaultError, RecoveryError, UnrecoverableFailure
 from ctxrecover.events import Event, Notice, PreCompact, StatusEvent
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.policy import Policy
+from ctxrecover.recovery.notices import PAYLOAD_LIMIT_NOTICE
 from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
 from ctxrecover.sizes import format_payload_size, total_weight
@@ -37,6 +38,10 @@ WAF_PAGE = (
     "<p>Your request was blocked by the corporate web application firewall. Incident %d.</p></body></html>"
 )
 ENVOY_503 = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
+NGINX_413 = (
+    "<html><head><title>413 Request Entity Too Large</title></head><body><center><h1>413 Request Entity "
+    "Too Large</h1></center><hr><center>nginx</center></body></html>"
+)
 SQL = "SELECT * FROM users WHERE name = '' OR 1=1 --"
 CONTENT_BLOCK = (
     "✖ Gateway refused a %s request although it had accepted a %s one — a content/policy block, not a "
@@ -51,6 +56,10 @@ HEADER_FAULT = (
 OUTPUT_LIMIT = (
     "ℹ Provider rejected max_tokens=%s as too large — retrying with max_tokens=%d for this session "
     "(no compaction)"
+)
+OUTPUT_LIMIT_DEFAULT = (
+    "ℹ Provider rejected its default max_tokens (the request set none) as too large — retrying with "
+    "max_tokens=%d for this session (no compaction)"
 )
 
 
@@ -220,6 +229,73 @@ def test_a_content_block_first_taken_for_a_size_limit_is_undone_when_a_smaller_r
     assert SQL in history[-1].content and "row\n" * 3_000 in history[-1].content  # not previewed, not cut
     assert not any("[SYSTEM NOTICE — PAYLOAD LIMIT HIT]" in m.content for m in history)
     assert info.value.request_bytes == second and info.value.message_index == len(history) - 1
+
+
+def test_a_content_block_right_after_a_size_limit_names_the_conversations_message_not_the_notice() -> None:
+    # A real 413 first: its recovery appends the [SYSTEM NOTICE — PAYLOAD LIMIT HIT] message (SPEC §6.6).
+    # The retry is refused for its content: the trigger named is the tool result, never the library's own
+    # notice; set aside, the turn goes through under the cap the 413 taught.
+    limit = [10**9]
+
+    def decide(request: httpx.Request) -> httpx.Response | None:
+        if len(request.content) >= limit[0]:
+            return httpx.Response(413, text=NGINX_413, headers={"content-type": "text/html"})
+        return waf_403(request) if SQL.encode() in request.content else None
+
+    gateway = Gateway(decide)
+    session, events = grown_agent(gateway)
+    limit[0] = session.gateway.largest_accepted + 4 * KB
+    gateway.turn = 10
+    add_sql_result(session, rows=3_000)
+
+    with pytest.raises(ContentBlockedError) as info:
+        session.complete()
+
+    error, history = info.value, session.history
+    (first, ok1), (second, ok2) = gateway.in_turn(10)
+    assert first >= limit[0] and not ok1 and not ok2
+    assert history[-1].content == PAYLOAD_LIMIT_NOTICE
+    trigger = history[error.message_index]
+    assert trigger.role == "tool" and SQL in trigger.content and error.message_index == len(history) - 2
+    assert error.message_bytes == history_bytes([trigger], "bedrock-converse")
+    assert str(error) == CONTENT_BLOCK % (
+        format_payload_size(second), format_payload_size(error.largest_accepted), len(history) - 2,
+        "tool result", format_payload_size(error.message_bytes),
+    )
+    cap = session.learned_cap
+    assert cap is not None
+    session.set_aside(error.message_index)
+    assert session.complete().content == "ok"
+    assert gateway.episodes() == (1, 2) and session.learned_cap == cap
+
+
+def test_a_content_rule_whose_trigger_the_size_recovery_would_cut_is_found_and_teaches_no_cap() -> None:
+    # The refused request is larger than every accepted one (a size reading), and its trigger sits in
+    # the middle of a long new tool result — the part Level 1's preview cuts. The retry keeps what no
+    # accepted request carried whole and compacts the rest: refused again below an accepted size, it
+    # is a content block; the size reading and its compaction are undone, the cap is never kept.
+    rce = re.compile(rb"curl [^|]*\|\s*sh\b")
+    gateway = Gateway(lambda request: waf_403(request) if rce.search(request.content) else None)
+    session, events = grown_agent(gateway)
+    accepted = session.gateway.largest_accepted
+    gateway.turn = 10
+    session.add(Message.assistant("", [ToolCall("log", "read_log", "{}")]))
+    trigger = "row\n" * 1_500 + "install.log: curl -fsSL https://get.example.sh | sh\n" + "row\n" * 1_500
+    session.add(Message.tool("log", trigger))
+    messages_before = len(session.history)
+
+    with pytest.raises(ContentBlockedError) as info:
+        session.complete()
+
+    (first, ok1), (second, ok2) = gateway.in_turn(10)
+    assert not ok1 and not ok2 and first > accepted >= second
+    assert session.learned_cap is None and session.gateway.smallest_rejected is None
+    assert len(session.history) == messages_before and session.history[-1].content == trigger
+    assert info.value.message_index == messages_before - 1
+    session.set_aside(info.value.message_index)
+    assert session.complete().content == "ok"
+    assert session.learned_cap is None and gateway.episodes() == (1, 2)
+    assert not any(m.preserve_verbatim for m in session.history)
 
 
 # -- 431 -------------------------------------------------------------------------------------------------
@@ -587,3 +663,39 @@ def test_rejected_requests_per_episode_over_the_test_gateways(capsys: pytest.Cap
     assert ratio(size_gates) <= 1.1
     # ambiguous failures and a content block first read as a size limit cost two, never more
     assert all(rejected <= 2 * episodes for episodes, rejected in runs.values())
+
+
+def test_a_max_tokens_rejection_of_a_request_that_set_none_retries_with_the_stated_limit() -> None:
+    # The request carries no max_tokens: the provider's own default was refused. The notice must not
+    # invent a number for it (it used to format "the provider default" into a %d: TypeError).
+    asked: list[int | None] = []
+
+    def default_too_large(request: httpx.Request) -> httpx.Response:
+        max_tokens = json.loads(request.content).get("max_tokens")
+        asked.append(max_tokens)
+        if max_tokens is None:
+            return httpx.Response(400, text=OPENAI_MAX_TOKENS % (32_768, 16_384, 32_768))
+        return openai_with_output_cap(16_384, [])(request)
+
+    events: list[Event] = []
+    sender = HttpxSender("openai-chat", base_url="http://provider.test", model="gpt-4o",
+                         transport=httpx.MockTransport(default_too_large))
+    session = Session(sender, on_event=events.append, history=[Message.user("go")])
+
+    assert session.complete().content == "ok"
+    assert asked == [None, 16_384]
+    assert notices(events, "output_limit") == [OUTPUT_LIMIT_DEFAULT % 16_384]
+    assert session.stats.rejected_requests == 1 and not any(isinstance(e, PreCompact) for e in events)
+
+
+def test_a_max_tokens_rejection_of_a_request_that_set_none_and_states_no_limit_fails_cleanly() -> None:
+    unstated = (
+        '{"error": {"message": "max_tokens is too large", "type": "invalid_request_error", '
+        '"param": "max_tokens", "code": "invalid_value"}}'
+    )
+    sender = HttpxSender("openai-chat", base_url="http://provider.test", model="gpt-4o",
+                         transport=httpx.MockTransport(lambda request: httpx.Response(400, text=unstated)))
+    session = Session(sender, history=[Message.user("go")])
+
+    with pytest.raises(UnrecoverableFailure, match=r"\(max_tokens=not set\)$"):
+        session.complete()

@@ -95,6 +95,9 @@ CASES: dict[str, Case] = {
     "tight-cap-1.5x-system-prompt": Case(None),
     "waf-content-block-after-large-bodies": Case(None),
     "waf-content-block-under-learned-cap": Case(None),
+    "waf-content-block-right-after-a-413": Case(None),
+    "waf-content-block-set-aside-then-summarized": Case(None),
+    "waf-content-rule-cut-by-size-compaction": Case(None),
 }
 
 def case_inputs(name: str) -> tuple[Transcript | str | None, Scenario, Policy]:

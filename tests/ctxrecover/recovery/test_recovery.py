@@ -21,6 +21,7 @@ from ctxrecover.errors import ConfigError, RecoveryExhausted, UnrecoverableFailu
 from ctxrecover.events import Event, EventBus, Notice, PostCompact, PreCompact
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.passes import tool_budget
+from ctxrecover.passes.parts import set_aside
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.recovery import (
     GatewayModel,
@@ -36,6 +37,8 @@ from ctxrecover.recovery import (
     repair_malformed,
     smallest_request_diagnosis,
 )
+from ctxrecover.recovery.diagnosis import content_block_error, is_library_message, newest_conversation_message
+from ctxrecover.recovery.escalation import CONTINUATION_TEXT
 from ctxrecover.sizes import MIB
 
 # -- SPEC texts, byte for byte ---------------------------------------------------------------
@@ -584,3 +587,37 @@ def test_32_concurrent_sessions_learn_their_own_caps() -> None:
     assert dataclasses.asdict(DEFAULT_POLICY) == defaults and Policy() == DEFAULT_POLICY
     assert (tool_budget.DEFAULT_TURN_BUDGET_CHARS, tool_budget.DEFAULT_MAX_RESULT_CHARS) == (200_000, 20_000)
     assert "CHATCLI_MAX_PAYLOAD" not in os.environ
+
+
+# -- which message a content block names (SPEC §11) -----------------------------------------------------
+
+
+def test_a_content_block_names_the_newest_message_of_the_conversation_never_the_librarys_own() -> None:
+    store = MemoryArchive()
+    sql = "SELECT id FROM users WHERE email = '' OR 1=1 --"
+    conversation = [
+        Message.system("sys"),
+        Message.user("look at the slow query log"),
+        Message.assistant("", [ToolCall("q", "read_log", "{}")]),
+        Message.tool("q", "log:\n" + sql),
+        Message.assistant("cut off mid-answer"),
+    ]
+    library = [
+        Message.user(CONTINUATION_TEXT),  # SPEC §8
+        Message.user("[CONTEXT TRUNCATED: 3 messages removed]", is_summary=True, summary_of=3),
+        Message.user(PAYLOAD_NOTICE),  # SPEC §6.6
+    ]
+    history = [*conversation, *library]
+    assert newest_conversation_message(history) == 4
+    error = content_block_error(history, "anthropic", request_bytes=900, largest_accepted=1_000, failure=None,
+                                attempts=0)
+    assert error.message_index == 4 and "(#4, assistant message, " in str(error)
+    # Once set aside, the stub is the library's too: the next guess is the message before it.
+    aside, _ = set_aside(history, 4, archive=store)
+    assert is_library_message(aside[4]) and newest_conversation_message(aside) == 3
+    # A stub that keeps its tool calls still carries their arguments: it stays a suspect.
+    calls, _ = set_aside(history, 2, archive=store)
+    assert not is_library_message(calls[2])
+    # Nothing but the library's own: the newest message, as before.
+    assert newest_conversation_message([Message.system("sys"), Message.user(PAYLOAD_NOTICE)]) == 1
+    assert newest_conversation_message([]) == -1

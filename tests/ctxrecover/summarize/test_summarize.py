@@ -17,6 +17,7 @@ import ctxrecover.summarize.prompt as summary_prompt_module
 from ctxrecover.archive import MemoryArchive, marker
 from ctxrecover.errors import CompactionCancelled, ConfigError, SummarizerError
 from ctxrecover.messages import Message, ToolCall
+from ctxrecover.passes.parts import set_aside
 from ctxrecover.summarize import (
     SUMMARY_PROMPT,
     CancelToken,
@@ -33,6 +34,7 @@ from ctxrecover.summarize import (
     summary_input_budget,
     summary_min_chars,
 )
+from ctxrecover.summarize.prompt import is_set_aside
 
 SEPARATOR = "\n... [truncated for summarization] ...\n"
 RECALL_SUFFIX = "\n[full content recoverable via @recall "
@@ -214,6 +216,19 @@ def test_render_segment_restores_only_a_message_holding_less_than_half_of_its_or
     assert len(cut) == kept
     rendered = render_segment([Message.assistant(cut)], archive=archive, window_tokens=8192, prompt_chars=0)
     assert rendered == f"[assistant]: {original if restored else cut}\n\n"
+
+
+def test_render_segment_never_restores_a_message_set_aside_for_a_content_block() -> None:
+    # A gateway refused to carry it (SPEC §11): its original stays archived, never sent again.
+    archive = MemoryArchive()
+    original = "curl https://get.example.sh | sh\n" + long_text(3_000)
+    history, key = set_aside([Message.user("run it"), Message.tool("a", original)], 1, archive=archive)
+    assert is_set_aside(history[1].content)
+    cleared = f"[Old tool result cleared — 1 lines, 3000 chars, text]{RECALL_SUFFIX}{marker(key)}]"
+    assert not is_set_aside(cleared)
+    rendered = render_segment(history, archive=archive, window_tokens=8192, prompt_chars=0)
+    assert rendered == f"[user]: run it\n\n[tool]: {history[1].content}\n\n"
+    assert archive.get(key) == original
 
 
 def test_render_segment_feeds_an_earlier_summary_as_is() -> None:

@@ -41,7 +41,8 @@ BUNDLED = (
     "rate-limit-429", "rst-after-128k-small-history", "rst-after-256k", "screenshots-128k-waf",
     "summarizer-overflows", "summarizer-refuses", "tight-cap-1.2x-system-prompt",
     "tight-cap-1.35x-system-prompt", "tight-cap-1.5x-system-prompt", "waf-content-block-after-large-bodies",
-    "waf-content-block-under-learned-cap",
+    "waf-content-block-right-after-a-413", "waf-content-block-set-aside-then-summarized",
+    "waf-content-block-under-learned-cap", "waf-content-rule-cut-by-size-compaction",
 )
 
 
@@ -91,6 +92,12 @@ EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
                                              "waf_rejection"),
     "waf-content-block-under-learned-cap": ("anthropic", ["body-cap", "content-match"], "recovered",
                                             "payload_too_large"),
+    "waf-content-block-right-after-a-413": ("anthropic", ["body-cap", "content-match"], "recovered",
+                                            "payload_too_large"),
+    "waf-content-block-set-aside-then-summarized": ("anthropic", ["body-cap", "content-match"], "recovered",
+                                                    "payload_too_large"),
+    "waf-content-rule-cut-by-size-compaction": ("anthropic", ["content-match"], "content_blocked",
+                                                "waf_rejection"),
 }
 
 
