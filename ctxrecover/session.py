@@ -508,9 +508,9 @@ class Session:
         failure = judged.failure
         if judged.verdict is Verdict.HEADER_FAULT:
             self._gateway = judged.model
-            error = header_fault_error(getattr(exc, "header_bytes", None), self._size_of(request), failure)
-            self.events.notice(HEADER_FAULT_CODE, str(error))
-            raise error from exc
+            fault = header_fault_error(getattr(exc, "header_bytes", None), self._size_of(request), failure)
+            self.events.notice(HEADER_FAULT_CODE, str(fault))
+            raise fault from exc
         if judged.verdict is Verdict.CONTENT_BLOCK:
             raise self._content_block(judged, request, turn) from exc
         if judged.verdict is Verdict.RETRY or failure.kind is FailureKind.TRANSIENT_NETWORK:
