@@ -292,6 +292,7 @@ def replay(
     recorder = Recorder(identity, archive, provider, cap=proxy_cap(scenario), on_event=on_event)
     box = Middlebox(provider, scenario.faults, seed=seed, sleep=_no_sleep, turn_of=_header_turn)
     with ExitStack() as stack:
+        http_transport: httpx.BaseTransport
         if transport == "loopback":
             server = stack.enter_context(LoopbackServer(box))
             # plain HTTP on 127.0.0.1: skip loading a TLS trust store (~20 ms per replay)

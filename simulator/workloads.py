@@ -17,10 +17,11 @@ requested (a request may not end with an assistant message).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from ctxrecover.messages import Message
 from ctxrecover.sizes import total_weight
@@ -56,7 +57,7 @@ DEFAULT_TRANSCRIPT = "coding-120k"
 GENERATED = "generated"
 GENERATED_TRANSCRIPT = "chat-long-answers-600k"
 # A generated workload larger than GENERATED_TRANSCRIPT: a seeded chat-only session of long answers.
-GENERATED_OPTIONS = MappingProxyType(
+GENERATED_OPTIONS: Mapping[str, Any] = MappingProxyType(
     {"tool_turn_ratio": 0.0, "answer_chars": 8000, "recall_every": 0, "feedback_every": 0}
 )
 GENERATED_CHARS_PER_TURN = 8000

@@ -1,4 +1,4 @@
-"""The library ships ``py.typed``: its code must type-check, or users' type checkers inherit its errors."""
+"""Both packages ship ``py.typed``: their code must type-check, or users' type checkers inherit the errors."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_library_type_checks_with_mypy(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy-cache"), "ctxrecover"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )
+def test_the_library_and_the_simulator_type_check_with_mypy(tmp_path: Path) -> None:
+    cache = str(tmp_path / "mypy-cache")
+    command = [sys.executable, "-m", "mypy", "--cache-dir", cache, "ctxrecover", "simulator"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("Success: no issues found")

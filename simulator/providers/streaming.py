@@ -151,6 +151,7 @@ def _anthropic_events(parts: ReplyParts, payload: Payload, options: StreamOption
              "usage": {**usage, "output_tokens": 1}}
     yield sse_event({"type": "message_start", "message": start}, "message_start")
     for index, block in enumerate(payload["content"]):
+        opening: dict[str, Any]
         if block["type"] == "text":
             opening, deltas = {"type": "text", "text": ""}, [
                 {"type": "text_delta", "text": piece} for piece in _pieces(block["text"])]

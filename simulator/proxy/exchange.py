@@ -377,7 +377,10 @@ class Dispatcher:
     # -- recording ------------------------------------------------------------------------------
 
     def _recorder(self, ex: PendingExchange) -> Callable[[str, int | None, str], None]:
-        return lambda outcome, status, detail="": self._record(ex, outcome, status, detail)
+        def record(outcome: str, status: int | None, detail: str = "") -> None:
+            self._record(ex, outcome, status, detail)
+
+        return record
 
     def _record(self, ex: PendingExchange, outcome: str, status: int | None, detail: str = "") -> None:
         self.on_record(ex.record(outcome, status, detail), ex.trace)

@@ -13,7 +13,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NoReturn
 
 import httpx
 
@@ -137,7 +137,7 @@ class ConnectionFault(Fault):
         return self
 
     @abstractmethod
-    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> None:
+    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> NoReturn:
         """Raise the httpx transport error a client sees when this fault hits."""
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from string import Template
 from types import MappingProxyType
-from typing import ClassVar
+from typing import ClassVar, NoReturn
 
 import httpx
 
@@ -243,7 +243,7 @@ class ResetAfter(ConnectionFault):
     def _triggered(self, request: httpx.Request, body_bytes: int) -> bool:
         return body_bytes > self.n_bytes
 
-    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> None:
+    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> NoReturn:
         raise httpx.ReadError(RESET_MESSAGE, request=request)
 
 
@@ -253,7 +253,7 @@ class CloseAfterBody(ConnectionFault):
 
     kind: ClassVar[str] = "close-after-body"
 
-    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> None:
+    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> NoReturn:
         raise httpx.RemoteProtocolError(CLOSED_MESSAGE, request=request)
 
 
@@ -267,7 +267,7 @@ class SlowClose(ConnectionFault):
     def _check(self) -> None:
         positive("delay_s", self.delay_s)
 
-    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> None:
+    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> NoReturn:
         sleep(self.delay_s)
         raise httpx.RemoteProtocolError(CLOSED_MESSAGE, request=request)
 
@@ -282,7 +282,7 @@ class IdleTimeout(ConnectionFault):
     def _check(self) -> None:
         positive("delay_s", self.delay_s)
 
-    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> None:
+    def raise_in_process(self, request: httpx.Request, sleep: Callable[[float], object]) -> NoReturn:
         sleep(self.delay_s)
         raise httpx.ReadTimeout(TIMEOUT_MESSAGE, request=request)
 

@@ -35,6 +35,7 @@ from simulator.proxy.fault_base import ConnectionFault, Fault, Forward, Respond
 from simulator.proxy.fault_specs import ScenarioError, fault_fields
 from simulator.proxy.faults import (
     FAULT_KINDS,
+    BodyCap,
     CloseAfterBody,
     CutStream,
     GatewayTimeout,
@@ -202,9 +203,9 @@ def _fault_for(group: str, members: Sequence[Observed], threshold: int | None, t
         return CutStream(n_bytes=cut, min_bytes=above or min_bytes, **gate), f"answers cut after ~{cut:,} B"
     page = known_page(first.status, first.fingerprint)
     if page is not None:
-        named = {page.field: page.name} if page.field else {}
+        named: dict[str, Any] = {page.field: page.name} if page.field else {}
         if page.kind == "body-cap":
-            cap = FAULT_KINDS["body-cap"](limit=max(threshold or 0, 1), **named, **gate)
+            cap = BodyCap(limit=max(threshold or 0, 1), **named, **gate)
             return cap, f"{page.title} page"
         if page.kind == "timeout":
             wait = max(0.1, round(statistics.median(m.elapsed_ms for m in members) / 1000, 1))

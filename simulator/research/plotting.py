@@ -12,7 +12,7 @@ needs a display and nothing accumulates in a global registry.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -34,7 +34,10 @@ LABEL_MARGIN_PX = 2.0  # label boxes keep this far apart
 LEADER_FROM = 16  # a label this many points away from its point gets a leader line
 
 
-def new_figure(width: float, height: float, *, layout: str | None = "constrained") -> Figure:
+Layout = Literal["constrained", "compressed", "tight"]
+
+
+def new_figure(width: float, height: float, *, layout: Layout | None = "constrained") -> Figure:
     """A figure on the Agg canvas (so it can be measured and saved headless).
 
     ``layout=None`` keeps the positions the caller sets (``subplots_adjust``): a figure drawn
@@ -75,10 +78,11 @@ def place_labels(ax: Axes, points: Sequence[tuple[str, float, float]], *, fontsi
     figure's layout is computed first and then frozen, so the boxes measured here are the
     boxes that get drawn.
     """
+    from matplotlib.figure import Figure
     from matplotlib.transforms import Bbox
 
     figure = ax.get_figure()
-    assert figure is not None
+    assert isinstance(figure, Figure)
     figure.draw_without_rendering()
     figure.set_layout_engine("none")
     renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
