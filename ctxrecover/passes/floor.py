@@ -35,7 +35,7 @@ from typing import Any
 from ctxrecover.archive import Archive, MemoryArchive, extract_keys, marker
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
-from ctxrecover.passes.history_index import HistoryIndex, TurnState
+from ctxrecover.passes.history_index import PositionWatch, TurnState
 from ctxrecover.passes.microcompact import message_ages
 from ctxrecover.passes.truncate import leading_system_count, truncate_head_tail
 from ctxrecover.sizes import format_payload_size, weight
@@ -562,32 +562,16 @@ def _applied(
 SKILLS_LISTENER = "skills"
 
 
-class _SkillWatch:
-    """Skill aging's listener: positions of user and system messages holding a live skill block."""
-
-    def __init__(self) -> None:
-        self.positions: set[int] = set()
-
-    def truncated(self, index: HistoryIndex, length: int) -> None:
-        self.positions = {p for p in self.positions if p < length}
-
-    def replaced(self, index: HistoryIndex, position: int, old: Message) -> None:
-        self.appended(index, position)
-
-    def appended(self, index: HistoryIndex, position: int) -> None:
-        msg = index.messages[position]
-        live = (
-            msg.role in ("user", "system")
-            and not msg.preserve_verbatim
-            and any(
-                "<skill name=" in text and SKILL_BLOCK_RE.search(text)
-                for text in (msg.content, *msg.system_parts)
-            )
+def _holds_live_skill(msg: Message) -> bool:
+    """A user or system message holding a skill block skill aging may still archive."""
+    return (
+        msg.role in ("user", "system")
+        and not msg.preserve_verbatim
+        and any(
+            "<skill name=" in text and SKILL_BLOCK_RE.search(text)
+            for text in (msg.content, *msg.system_parts)
         )
-        if live:
-            self.positions.add(position)
-        else:
-            self.positions.discard(position)
+    )
 
 
 def age_skills_step(
@@ -601,7 +585,7 @@ def age_skills_step(
     successor of ``state``. Only messages that still hold a live skill block are looked at."""
     _check_age_turns(age_turns)
     index = state.begin(history)
-    watch = index.listener(SKILLS_LISTENER, None, _SkillWatch)
+    watch = index.listener(SKILLS_LISTENER, None, lambda: PositionWatch(_holds_live_skill))
     aged: dict[int, tuple[Message, list[str]]] = {}
     for i in sorted(watch.positions):
         if i >= index.leading and index.age(i) >= age_turns:

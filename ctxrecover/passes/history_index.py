@@ -34,7 +34,7 @@ from ctxrecover.sizes import WeightTotals
 from ctxrecover.wire.formats import WireFormat
 from ctxrecover.wire.size import WireSizeTracker
 
-__all__ = ["HistoryIndex", "HistoryListener", "SizedHistory", "TurnState", "same_layout"]
+__all__ = ["HistoryIndex", "HistoryListener", "PositionWatch", "SizedHistory", "TurnState", "same_layout"]
 
 _L = TypeVar("_L", bound="HistoryListener")
 
@@ -50,6 +50,26 @@ class HistoryListener(Protocol):
 
     def appended(self, index: HistoryIndex, position: int) -> None:
         """``index.messages[position]`` was appended."""
+
+
+class PositionWatch:
+    """A :class:`HistoryListener` keeping the positions of the messages ``wanted`` accepts, as they change."""
+
+    def __init__(self, wanted: Callable[[Message], bool]) -> None:
+        self.wanted = wanted
+        self.positions: set[int] = set()
+
+    def truncated(self, index: HistoryIndex, length: int) -> None:
+        self.positions = {p for p in self.positions if p < length}
+
+    def replaced(self, index: HistoryIndex, position: int, old: Message) -> None:
+        self.appended(index, position)
+
+    def appended(self, index: HistoryIndex, position: int) -> None:
+        if self.wanted(index.messages[position]):
+            self.positions.add(position)
+        else:
+            self.positions.discard(position)
 
 
 def same_layout(old: Message, new: Message) -> bool:

@@ -14,7 +14,6 @@ and summaries are never touched.
 
 >>> from ctxrecover.archive import MemoryArchive
 >>> from ctxrecover.messages import Message
-from ctxrecover.passes.history_index import HistoryIndex, TurnState
 >>> h = [Message.tool("t", "x" * 5000)] + [Message.assistant("ok")] * 4
 >>> out, report = apply_microcompact(h, archive=MemoryArchive())
 >>> out[0].content.startswith("[Old tool result cleared — 1 lines, 5000 chars, text]")
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from ctxrecover.archive import Archive, archive_message, extract_keys, marker
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
-from ctxrecover.passes.history_index import HistoryIndex, TurnState
+from ctxrecover.passes.history_index import PositionWatch, TurnState
 from ctxrecover.passes.tool_budget import PREVIEW_OMISSION_RE
 from ctxrecover.sizes import format_payload_size
 
@@ -285,26 +284,6 @@ def _may_fold(msg: Message, min_content: int) -> bool:
     return _foldable_kind(msg) and (len(msg.content) >= min_content or _preview_shaped(msg.content))
 
 
-class _FoldWatch:
-    """Microcompact's listener: the positions of the messages it may still fold."""
-
-    def __init__(self, min_content: int) -> None:
-        self.min_content = min_content
-        self.positions: set[int] = set()
-
-    def truncated(self, index: HistoryIndex, length: int) -> None:
-        self.positions = {p for p in self.positions if p < length}
-
-    def replaced(self, index: HistoryIndex, position: int, old: Message) -> None:
-        self.appended(index, position)
-
-    def appended(self, index: HistoryIndex, position: int) -> None:
-        if _may_fold(index.messages[position], self.min_content):
-            self.positions.add(position)
-        else:
-            self.positions.discard(position)
-
-
 def microcompact_step(
     history: list[Message],
     state: TurnState,
@@ -325,7 +304,9 @@ def microcompact_step(
     """
     _validate(truncate_turns, summarize_turns, head_chars, tail_chars, min_content)
     index = state.begin(history)
-    watch = index.listener(MICROCOMPACT_LISTENER, min_content, lambda: _FoldWatch(min_content))
+    watch = index.listener(
+        MICROCOMPACT_LISTENER, min_content, lambda: PositionWatch(lambda msg: _may_fold(msg, min_content))
+    )
     folder = _Folder(archive, head_chars, tail_chars)
     turns = (truncate_turns, summarize_turns, min_content)
     out: list[Message] | None = None
