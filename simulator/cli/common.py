@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from ctxrecover.errors import ConfigError
 from ctxrecover.policy import CHAT_POLICY, DEFAULT_POLICY, Policy
@@ -94,34 +95,30 @@ def print_json(document: object) -> None:
     print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
 
 
-def positive_int_arg(text: str) -> int:
+_N = TypeVar("_N", int, float)
+
+
+def _checked(text: str, parse: Callable[[str], _N], ok: Callable[[_N], bool], expected: str) -> _N:
+    """``parse(text)`` when it parses and ``ok`` accepts it, else an argparse error naming ``expected``."""
     try:
-        value = int(text)
+        value = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def positive_int_arg(text: str) -> int:
+    return _checked(text, int, lambda value: value >= 1, "a positive integer")
 
 
 def seed_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+    return _checked(text, int, lambda value: value >= 0, "an integer >= 0")
 
 
 def seconds_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
+    return _checked(text, float, lambda value: value > 0, "a number of seconds > 0")
 
 
 def split_names(text: str) -> list[str]:

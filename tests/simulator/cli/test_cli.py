@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import io
 import json
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -18,7 +20,7 @@ import pytest
 
 import ctxrecover
 from simulator.cli import main, policy_from_spec
-from simulator.cli.common import package_version
+from simulator.cli.common import package_version, positive_int_arg, seconds_arg, seed_arg
 from simulator.cli.output import format_archive_sources, run_document
 from simulator.providers.mock import MockProvider
 from simulator.proxy.loopback import LoopbackServer
@@ -469,3 +471,24 @@ def test_proxy_relays_to_a_real_upstream_url(capsys: pytest.CaptureFixture[str])
     assert answer.json()["content"][0]["text"] == "from upstream" and provider.call_count == 1
     out = capsys.readouterr().out
     assert f"→ {upstream_url}" in out and "→ forwarded 200" in out
+
+
+@pytest.mark.parametrize(("parse", "text", "message"), [
+    (positive_int_arg, "0", "expected a positive integer, got '0'"),
+    (positive_int_arg, "two", "expected a positive integer, got 'two'"),
+    (seed_arg, "-1", "expected an integer >= 0, got '-1'"),
+    (seed_arg, "1.5", "expected an integer >= 0, got '1.5'"),
+    (seconds_arg, "0", "expected a number of seconds > 0, got '0'"),
+    (seconds_arg, "nan", "expected a number of seconds > 0, got 'nan'"),
+    (seconds_arg, "soon", "expected a number of seconds > 0, got 'soon'"),
+])
+def test_numeric_options_refuse_bad_values_naming_what_they_expect(
+    parse: Callable[[str], float], text: str, message: str
+) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as raised:
+        parse(text)
+    assert str(raised.value) == message
+
+
+def test_numeric_options_accept_their_values() -> None:
+    assert (positive_int_arg("3"), seed_arg("0"), seconds_arg("0.5")) == (3, 0, 0.5)
