@@ -1,5 +1,6 @@
 """Wire formats: real request bodies, their exact and incremental byte sizes, and response parsing."""
 
+from ctxrecover.wire.chunks import BodyEncoder
 from ctxrecover.wire.formats import (
     DEFAULT_ANTHROPIC_MAX_TOKENS,
     HISTORY_KEYS,
@@ -19,6 +20,7 @@ from ctxrecover.wire.response import (
 from ctxrecover.wire.size import WireSizeTracker, history_bytes, request_size, system_bytes
 
 __all__ = [
+    "BodyEncoder",
     "DEFAULT_ANTHROPIC_MAX_TOKENS",
     "HISTORY_KEYS",
     "MAX_TOKENS_FIELDS",

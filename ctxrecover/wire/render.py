@@ -170,12 +170,22 @@ def _close_turn(out: list[Any], start: int, members: int, first: _Fragments, sim
         out.append(b"]}")
 
 
-def _turns_bytes(messages: list[Message], fmt: WireFormat, store: bool, out: list[Any]) -> None:
-    """Append to ``out`` the merged turns of ``messages``, as :func:`_render_turns` renders them."""
+def _turns_bytes(
+    messages: list[Message] | tuple[Message, ...],
+    fmt: WireFormat,
+    store: bool,
+    out: list[Any],
+    call_names: dict[str, str] | None = None,
+) -> None:
+    """Append to ``out`` the merged turns of ``messages``, as :func:`_render_turns` renders them.
+
+    ``call_names`` (gemini): tool call id → function name of calls made before
+    ``messages``; it is updated with theirs.
+    """
     roles, key = WIRE_ROLES[fmt], encode_body(TURN_CONTENT_KEYS[fmt])
     heads = {role: b'{"role":' + encode_body(role) + b"," + key + b":[" for role in roles.values()}
     simple_turns, gemini = fmt is _ANTHROPIC, fmt is _GEMINI
-    call_names: dict[str, str] = {}
+    call_names = {} if call_names is None else call_names
     encoded_names: dict[str, bytes] = {}
     turn_role: str | None = None
     start = members = blocks = 0
@@ -242,6 +252,41 @@ def encode_request(
     fmt = _fmt(fmt)
     messages = list(history)
     systems = [m for m in messages if m.role == "system"] if fmt is not _CHAT else []
+    pieces = _body_pieces(
+        fmt,
+        systems,
+        _history_pieces(messages, fmt, cache),
+        model=model,
+        max_tokens=max_tokens,
+        tools=tools,
+        extra=extra,
+        cache=cache,
+    )
+    return b"".join(pieces)
+
+
+def _history_pieces(messages: list[Message], fmt: WireFormat, store: bool) -> list[Any]:
+    """The pieces of the body's history list between its brackets (:func:`encode_request`'s)."""
+    if fmt in GROUPED_FORMATS:
+        out: list[Any] = []
+        _turns_bytes(messages, fmt, store, out)
+        return out
+    chosen = messages if fmt is _CHAT else [m for m in messages if m.role != "system"]
+    return _joined_items(_cached_fragments(chosen, fmt, store))
+
+
+def _body_pieces(
+    fmt: WireFormat,
+    systems: list[Message],
+    history: list[Any],
+    *,
+    model: str,
+    max_tokens: int | None,
+    tools: Any,
+    extra: Mapping[str, Any] | None,
+    cache: bool,
+) -> list[Any]:
+    """The whole body as pieces: the envelope's fields around ``history``, the history list's pieces."""
     body = _envelope(
         fmt,
         model=model,
@@ -263,11 +308,7 @@ def encode_request(
             out += _system_bytes(systems, fmt, cache)
             continue
         out.append(b"[")
-        if fmt in GROUPED_FORMATS:
-            _turns_bytes(messages, fmt, cache, out)
-        else:
-            chosen = messages if fmt is _CHAT else [m for m in messages if m.role != "system"]
-            out += _joined_items(_cached_fragments(chosen, fmt, cache))
+        out += history
         out.append(b"]")
     out.append(b"}")
-    return b"".join(out)
+    return out
