@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ctxrecover.errors import CtxRecoverError
 from ctxrecover.messages import Message
 from ctxrecover.wire import (
+    BodyEncoder,
     ParsedResponse,
     Usage,
     WireFormat,
@@ -154,14 +155,23 @@ def _auth_headers(fmt: WireFormat, api_key: str | None) -> dict[str, str]:
     return headers
 
 
+def _without_framing(headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` without Content-Length or Transfer-Encoding: the sender frames the body it posts."""
+    return {k: v for k, v in headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
+
+
 class HttpxSender:
     """Post the real request body of ``wire_format`` to ``base_url`` with httpx.
 
     Bodies are assembled from each message's encoded JSON, cached on the
     message (:func:`~ctxrecover.wire.encode_request`), so a request encodes
-    only the messages not sent before. That costs about one more copy of the
-    history in memory; with ``cache_fragments=False`` nothing is stored and
-    each request encodes its messages again (the same bytes).
+    only the messages not sent before, and posted as the chunks of a
+    :class:`~ctxrecover.wire.chunks.BodyEncoder` with their ``Content-Length``:
+    a request that appends to the history joins only its last block of
+    messages instead of copying the whole body. That costs about two more
+    copies of the history in memory; with ``cache_fragments=False`` nothing is
+    stored and each request encodes its messages again into one buffer (the
+    same bytes).
 
     >>> import httpx
     >>> def provider(request):
@@ -195,26 +205,32 @@ class HttpxSender:
         self._headers = {**_auth_headers(self.wire_format, api_key), **(headers or {})}
         self._client = client or httpx.Client(transport=transport, timeout=timeout, trust_env=False)
         self._owns_client = client is None
+        self._encoder = BodyEncoder(self.wire_format) if cache_fragments else None
 
     def render(self, request: ChatRequest) -> bytes:
         """The exact bytes :meth:`send` posts for ``request``."""
-        return encode_request(
-            request.messages,
-            self.wire_format,
-            model=self.model,
-            max_tokens=request.max_tokens,
-            tools=request.tools,
-            extra=request.extra or None,
-            cache=self.cache_fragments,
-        )
+        return b"".join(self.render_chunks(request))
+
+    def render_chunks(self, request: ChatRequest) -> list[bytes]:
+        """The body :meth:`send` posts for ``request``, as the chunks it hands to httpx in order."""
+        options: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            "tools": request.tools,
+            "extra": request.extra or None,
+        }
+        if self._encoder is None:
+            return [encode_request(request.messages, self.wire_format, cache=False, **options)]
+        return self._encoder.encode(request.messages, **options)
 
     def send(self, request: ChatRequest) -> ChatResponse:
         import httpx
 
-        data = self.render(request)
-        size = len(data)
+        chunks = self.render_chunks(request)
+        size = sum(map(len, chunks))
+        headers = {**_without_framing({**self._headers, **request.headers}), "content-length": str(size)}
         try:
-            response = self._client.post(self.url, content=data, headers={**self._headers, **request.headers})
+            response = self._client.post(self.url, content=chunks, headers=headers)
             text = response.text
         except httpx.HTTPError as exc:
             raise SendFailed(f"{type(exc).__name__}: {exc}", request_bytes=size) from exc

@@ -131,10 +131,10 @@ class ReplaySender(HttpxSender):
         super().__init__(*args, **kwargs)
         self.recorder = recorder
 
-    def render(self, request: ChatRequest) -> bytes:
-        body = super().render(request)
-        self.recorder.body = body
-        return body
+    def render_chunks(self, request: ChatRequest) -> list[bytes]:
+        chunks = super().render_chunks(request)
+        self.recorder.body_chunks = chunks
+        return chunks
 
     def send(self, request: ChatRequest) -> ChatResponse:
         self.recorder.before_send(request)
@@ -170,7 +170,7 @@ class Recorder:
         self.fed: list[Message] = []
         self.records: list[AttemptRecord] = []
         self.events: list[ReplayEvent] = []
-        self.body = b""
+        self.body_chunks: list[bytes] = []  # the body of the request being sent, as posted
         self.turn = 0
         self.attempt = 0
         self.pending: Pending | None = None
@@ -287,7 +287,7 @@ class Recorder:
         now = time.perf_counter()
         elapsed, self.clock = (now - self.clock) * 1000, now
         notices, self.notices = self.notices, []
-        return {**self.current, "request_bytes": len(self.body), "elapsed_ms": elapsed,
+        return {**self.current, "request_bytes": sum(map(len, self.body_chunks)), "elapsed_ms": elapsed,
                 "notices_before": notices}
 
     def _record(self, fields: dict[str, Any], notices: list[str], outcome: str) -> None:
@@ -315,7 +315,7 @@ class Recorder:
     def after_failure(self, error: SendFailed) -> None:
         assert self.session is not None
         fields = self._common()
-        key = body_key(self.body)
+        key = body_key(b"".join(self.body_chunks))
         fields["identical_retry"] = key in self.rejected_keys
         self.rejected_keys.add(key)
         failure = classify(error, request_bytes=error.request_bytes,

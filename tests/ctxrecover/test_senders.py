@@ -7,7 +7,9 @@ httpx2, which plain httpx mocks do not intercept). No network.
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from typing import Any
 
 import httpx
@@ -234,6 +236,52 @@ def test_httpx_sender_without_fragment_cache_posts_the_same_bytes_and_stores_non
     expected = encode_body(render_request(messages, "openai-chat", model="gpt-4o"))
     assert recorder.requests[0].content == expected
     assert not any(key.startswith("wire-bytes:") for m in messages for key in m._cache)
+
+
+class _RecordingHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every POST with a chat completion; records each request's headers and body."""
+
+    seen: list[tuple[dict[str, str], bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["content-length"]))
+        self.seen.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        reply = json.dumps(FORMATS[0][5]).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_httpx_sender_posts_a_long_history_as_chunks_with_its_content_length_over_tcp() -> None:
+    history = [Message.system("s"), *(Message.user(f"message {i} é " * 900) for i in range(300))]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RecordingHandler)
+    _RecordingHandler.seen = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with HttpxSender("openai-chat", base_url=url, model="m", headers={"Content-Length": "1"}) as sender:
+            first = ChatRequest(tuple(history))
+            second = ChatRequest((*history, Message.user("one more")))
+            chunks = [sender.render_chunks(first)]
+            responses = [sender.send(first), sender.send(second)]
+            chunks.append(sender.render_chunks(second))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(chunks[0]) > 10  # posted in blocks, not one buffer of the whole body
+    seen = _RecordingHandler.seen
+    for request, (headers, body), response in zip((first, second), seen, responses, strict=True):
+        assert body == encode_body(render_request(request.messages, "openai-chat", model="m"))
+        assert headers["content-length"] == str(len(body)) == str(response.request_bytes)
+        assert "transfer-encoding" not in headers  # a length, not chunked encoding: proxies see a size
+    # the second request hands over the first one's full blocks as they were
+    assert len({id(c) for c in chunks[0]} & {id(c) for c in chunks[1]}) >= len(chunks[0]) - 3
 
 
 def test_truncated_answer_is_parsed_as_truncated() -> None:

@@ -139,7 +139,7 @@ def provider_sender() -> object:
 
 def reject(recorder: Recorder, body: bytes) -> None:
     recorder.before_send(ChatRequest((Message.user("x"),)))
-    recorder.body = body
+    recorder.body_chunks = [body]
     recorder.after_failure(SendFailed("403", request_bytes=len(body), status=403, body="<html>waf</html>"))
 
 
@@ -160,7 +160,7 @@ def test_identical_retry_sees_a_resend_that_differs_only_by_fresh_recall_keys() 
 
 def reject_with(recorder: Recorder, status: int, body: str, size: int) -> None:
     recorder.before_send(ChatRequest((Message.user("x"),)))
-    recorder.body = b"x" * size
+    recorder.body_chunks = [b"x" * size]
     recorder.after_failure(SendFailed(str(status), request_bytes=size, status=status, body=body,
                                       headers={"content-type": "text/html"}))
 
