@@ -3,7 +3,8 @@
 A :class:`~ctxrecover.session.Session` holds P1's ~5 MB, 2,000-message agent
 history (:func:`bench_sizing.build_history`) and talks to its provider through
 :class:`~ctxrecover.senders.HttpxSender` over an instant in-memory transport
-(``httpx.MockTransport`` answering a valid OpenAI chat completion). In one run:
+(:class:`InstantProvider`, a transport answering a valid OpenAI chat completion, which
+takes the body chunk by chunk as a socket transport writes it). In one run:
 
 (a) one ``json.dumps`` of the whole body of the turn's request (the rendered
     request dict, compact separators as sent; median of several), and
@@ -25,6 +26,8 @@ import gc
 import json
 import random
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -72,18 +75,27 @@ def build_history(*, seed: int = SEED, messages: int = MESSAGES, target_bytes: i
                                     target_bytes=target_bytes, turn_overhead=TURN_OVERHEAD_CHARS)
 
 
-class InstantProvider:
-    """An in-memory OpenAI chat endpoint: answers every request at once; keeps a body when asked."""
+class InstantProvider(httpx.BaseTransport):
+    """An in-memory OpenAI chat endpoint that answers every request at once.
+
+    It takes the body as a socket transport does, iterating its chunks in order
+    (``httpx.MockTransport`` would first join them into one ``bytes``, a copy a
+    socket transport never makes; the kernel's own copy into the socket is paid
+    by any client and is not part of the measure). It checks the chunks add up
+    to the Content-Length, and keeps a body, joined, when asked.
+    """
 
     def __init__(self) -> None:
         self.keep_body = False
         self.last_body = b""
         self.requests = 0
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        body = request.read()
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        chunks = list(request.stream)  # type: ignore[arg-type]  # a sync stream: this is a sync transport
+        if sum(map(len, chunks)) != int(request.headers["content-length"]):
+            raise AssertionError("the posted chunks do not add up to the Content-Length")
         if self.keep_body:
-            self.last_body = body
+            self.last_body = b"".join(chunks)
         self.requests += 1
         return httpx.Response(200, json=REPLY)
 
@@ -94,10 +106,10 @@ class TimedSender(HttpxSender):
     render_s = 0.0
     send_s = 0.0
 
-    def render(self, request: ChatRequest) -> bytes:
+    def render_chunks(self, request: ChatRequest) -> list[bytes]:
         start = time.perf_counter()
         try:
-            return super().render(request)
+            return super().render_chunks(request)
         finally:
             self.render_s += time.perf_counter() - start
 
@@ -113,7 +125,7 @@ def make_session(history: list[Message]) -> tuple[Session, TimedSender, InstantP
     """A Session holding ``history`` behind an HttpxSender with an instant in-memory provider."""
     provider = InstantProvider()
     sender = TimedSender(WireFormat.OPENAI_CHAT, base_url="http://bench.invalid", model=MODEL,
-                         transport=httpx.MockTransport(provider))
+                         transport=provider)
     policy = DEFAULT_POLICY.replace(context_window=WINDOW_TOKENS)
     return Session(sender, policy=policy, history=history, model=MODEL), sender, provider
 
@@ -174,6 +186,76 @@ def run(*, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES, turns: in
     }
 
 
+# A minimal HTTP/1.1 server for the loopback measure, in its own process: it reads each request's head
+# and Content-Length bytes and answers REPLY (keep-alive, a thread per connection).
+_LOOPBACK_SERVER = r"""
+import json, socket, sys, threading
+reply = json.dumps(json.loads(sys.argv[1])).encode()
+head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(reply)
+
+def serve(conn):
+    stream = conn.makefile("rb")
+    while line := stream.readline():
+        length = 0
+        while line not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+            line = stream.readline()
+        stream.read(length)
+        conn.sendall(head + reply)
+    conn.close()
+
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+while True:
+    threading.Thread(target=serve, args=(server.accept()[0],), daemon=True).start()
+"""
+
+
+class JoinedBodySender(HttpxSender):
+    """HttpxSender posting each body as one joined buffer (what it did before posting chunks)."""
+
+    def render_chunks(self, request: ChatRequest) -> list[bytes]:
+        return [b"".join(super().render_chunks(request))]
+
+
+def run_loopback(*, turns: int = TURNS, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES
+                 ) -> dict[str, Any]:
+    """The same steady-state turns over real loopback TCP, chunked body vs one joined buffer, alternated.
+
+    The server runs in its own process and only reads what it is sent, so the
+    figures are the client's: rendering, httpx/httpcore writing the body into the
+    socket, reading the reply.
+    """
+    server = subprocess.Popen([sys.executable, "-c", _LOOPBACK_SERVER, json.dumps(REPLY)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        url = f"http://127.0.0.1:{int(server.stdout.readline())}"
+        policy = DEFAULT_POLICY.replace(context_window=WINDOW_TOKENS)
+        history = build_history(messages=messages, target_bytes=target_bytes)
+        senders = {"chunks": HttpxSender(WireFormat.OPENAI_CHAT, base_url=url, model=MODEL),
+                   "joined": JoinedBodySender(WireFormat.OPENAI_CHAT, base_url=url, model=MODEL)}
+        sessions = {name: Session(sender, policy=policy, history=list(history), model=MODEL)
+                    for name, sender in senders.items()}
+        samples: dict[str, list[float]] = {name: [] for name in sessions}
+        for index in range(WARMUP_TURNS + turns):
+            for name, session in sessions.items():
+                start = time.perf_counter()
+                _turn(session, index)
+                if index >= WARMUP_TURNS:
+                    samples[name].append(time.perf_counter() - start)
+        for sender in senders.values():
+            sender.close()
+    finally:
+        server.kill()
+        server.wait()
+    chunks_ms, joined_ms = (statistics.median(samples[name]) * 1e3 for name in ("chunks", "joined"))
+    return {"chunks_ms": chunks_ms, "joined_ms": joined_ms, "ratio": chunks_ms / joined_ms,
+            "turns_timed": turns}
+
+
 def main() -> int:
     r = run()
     print(f"P1 — {r['messages']} messages, {r['body_bytes'] / 1e6:.1f} MB body, {r['turns_timed']} turns, "
@@ -183,6 +265,9 @@ def main() -> int:
           f"{'PASS' if r['passed'] else 'FAIL'}")
     print(f"per turn: body assembly {r['render_ms']:.2f} ms, httpx post + reply {r['post_ms']:.2f} ms, "
           f"session passes {r['session_ms']:.2f} ms")
+    loop = run_loopback()
+    print(f"over loopback TCP: turn {loop['chunks_ms']:.2f} ms posting chunks vs {loop['joined_ms']:.2f} ms "
+          f"posting one joined buffer: ratio {loop['ratio']:.2f}")
     return 0 if r["passed"] else 1
 
 

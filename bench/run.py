@@ -82,6 +82,7 @@ class Measure:
 
 def _p1(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     turn = bench_turn.run(turns=QUICK_TURNS) if quick else bench_turn.run()
+    loopback = bench_turn.run_loopback(turns=QUICK_TURNS) if quick else bench_turn.run_loopback()
     sizing = bench_sizing.run()
     name, fmt = max(sizing["formats"].items(), key=lambda item: item[1]["ratio"])
     exact = all(f["exact"] for f in sizing["formats"].values())
@@ -92,9 +93,14 @@ def _p1(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     tracker_detail = (f"component only (not a turn): worst of 5 wire formats ({name}), append + check "
                       f"{fmt['append_check_ms'] * 1e3:.1f} µs vs json.dumps {fmt['full_dumps_ms']:.1f} ms; "
                       f"exact sizes: {exact}")
-    return {"turn": turn, "tracker": sizing}, [
+    loopback_detail = (f"turn {loopback['chunks_ms']:.2f} ms posting the body's blocks as chunks vs "
+                       f"{loopback['joined_ms']:.2f} ms posting it as one joined buffer, to a server in "
+                       f"another process; median of {loopback['turns_timed']} alternated turns each")
+    return {"turn": turn, "loopback": loopback, "tracker": sizing}, [
         Measure("P1.turn_cost", "P1 Session.add + complete() through HttpxSender ÷ json.dumps of the body "
                 "(5 MB, 2,000 msgs)", turn["ratio"], "≤ 0.05", turn["passed"], turn_detail),
+        Measure("P1.loopback_chunks_vs_joined", "P1 the same turn over loopback TCP, body posted as chunks ÷ "
+                "as one joined buffer", loopback["ratio"], "—", None, loopback_detail),
         Measure("P1.tracker_component", "P1 component: WireSizeTracker append + size check ÷ json.dumps",
                 sizing["worst_ratio"], "—", None, tracker_detail),
     ]
