@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from itertools import chain
-from operator import itemgetter
-from typing import TYPE_CHECKING
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
+from typing import TYPE_CHECKING, Any
 
 from ctxrecover.archive.keys import archive_key, marker
 from ctxrecover.archive.store import Archive, put_entries
@@ -49,6 +49,8 @@ _RANGE_RE = re.compile(
 # In an index, a marker is expanded to its member, except an image's (recalled on its own: base64).
 _MEMBER_OR_IMAGE_RE = re.compile(r"\n\[image: [^\n]*\]|<<ccr:([0-9a-f]{16})>>")
 _RANGE_ENTRY_CACHE = "archive:range"  # msg._cache entry: (its index block | None, its members)
+_MESSAGE_CACHE = attrgetter("_cache")
+_BLOCK, _MEMBERS = itemgetter(0), itemgetter(1)
 
 
 def _image_label(image: Image) -> str:
@@ -150,15 +152,19 @@ def archive_range(store: Archive, messages: Sequence[Message]) -> str:
     name or image label could be mistaken for index syntax makes the range a
     plain rendered transcript instead.
     """
-    entries = [msg._cache.get(_RANGE_ENTRY_CACHE) or _range_entry(msg) for msg in messages]
-    blocks = list(map(itemgetter(0), entries))
-    if None in blocks:
+    # The memoized entries fetched without a Python frame per message (archive on append memoized them).
+    entries: list[Any] = list(map(dict.get, map(_MESSAGE_CACHE, messages), repeat(_RANGE_ENTRY_CACHE)))
+    if None in entries:
+        entries = [entry or _range_entry(msg) for entry, msg in zip(entries, messages, strict=True)]
+    try:
+        blocks = "".join(map(_BLOCK, entries))
+    except TypeError:  # an ambiguous message's block is None: the range is a plain transcript
         images = [(archive_key(i.data), i.data) for m in messages for i in m.images if i.data is not None]
         if images:
             put_entries(store, images)
         return store.put(render_transcript(messages))
-    put_entries(store, list(chain.from_iterable(map(itemgetter(1), entries))))
-    return store.put(RANGE_HEADER % len(messages) + "".join(blocks))
+    put_entries(store, list(chain.from_iterable(map(_MEMBERS, entries))))
+    return store.put(RANGE_HEADER % len(messages) + blocks)
 
 
 def expand_entry(store: Archive, entry: str, missing: dict[str, None]) -> str:

@@ -89,27 +89,21 @@ def validate_pairing(history: list[Message]) -> bool:
     with empty or repeated ids (within one message), missing results, extra
     results and ``tool`` messages not directly after their calls are not.
     """
-    n = len(history)
-    i = 0
-    while i < n:
-        msg = history[i]
+    pending: set[str] = set()  # the open block's call ids not answered yet
+    for msg in history:
         if msg.role == "tool":
-            return False
-        i += 1
-        if msg.role != "assistant" or not msg.tool_calls:
-            continue
-        pending = {call.id for call in msg.tool_calls}
-        if "" in pending or len(pending) != len(msg.tool_calls):
-            return False
-        while i < n and history[i].role == "tool":
-            call_id = history[i].tool_call_id
-            if call_id not in pending:
+            call_id = msg.tool_call_id
+            if call_id is None or call_id not in pending:  # an extra result, or not right after its call
                 return False
             pending.remove(call_id)
-            i += 1
-        if pending:
+        elif pending:  # a block ended with calls unanswered
             return False
-    return True
+        elif msg.tool_calls:  # only assistant messages carry calls (Message checks it)
+            calls = msg.tool_calls
+            pending = {call.id for call in calls}
+            if "" in pending or len(pending) != len(calls):
+                return False
+    return not pending
 
 
 def _synthetic_result(call: ToolCall) -> Message:

@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
+from operator import attrgetter, countOf
 
 from ctxrecover.archive import Archive, archive_message, archive_range, marker, render_transcript
 from ctxrecover.messages import Message
@@ -69,6 +70,7 @@ DEFAULT_ASSISTANT_CAP = 5000  # recovery Level 1
 CAP_HEAD_RATIO = 0.75
 MIN_CAP_CHARS = 200  # room for a head, a tail, the separator and the recall marker
 
+_ROLE = attrgetter("role")
 _RECALL_SUFFIX_RE = re.compile(r"\n\[full content recoverable via @recall <<ccr:([0-9a-f]{16})>>\]\Z")
 
 
@@ -314,8 +316,12 @@ def keep_last(
             f"keep_last needs per_message_cap >= {MIN_CAP_CHARS} (or None) so a cut message keeps "
             f"its head, tail and recall marker (got {per_message_cap})"
         )
-    systems = [m for m in history if m.role == "system"]
-    others = [m for m in history if m.role != "system"]
+    leading = leading_system_count(history)
+    if countOf(map(_ROLE, history), "system") == leading:  # the usual case: slices, no per-message test
+        systems, others = history[:leading], history[leading:]
+    else:
+        systems = [m for m in history if m.role == "system"]
+        others = [m for m in history if m.role != "system"]
     start = max(0, len(others) - n)
     while start < len(others) and others[start].role != "user":
         start += 1

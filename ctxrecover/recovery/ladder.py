@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import ClassVar, Protocol
 
 from ctxrecover.archive import Archive
@@ -131,9 +132,12 @@ class RecoveryStep(Protocol):
     def __call__(self, history: list[Message], ctx: RecoveryContext) -> tuple[list[Message], StepReport]: ...
 
 
+_CONTENT = attrgetter("content")
+
+
 def content_chars(history: Sequence[Message]) -> int:
     """Total ``len(content)`` of the messages (what a :class:`StepReport` counts as chars)."""
-    return sum(len(m.content) for m in history)
+    return sum(map(len, map(_CONTENT, history)))  # no Python frame per message
 
 
 def _pairing_fixes(report: PairingReport) -> int:
@@ -307,13 +311,15 @@ def _keep_and_repair(
     # removed by the repair after the cut, beyond the reach of the range's recall marker.
     paired, before = repair_pairing(history, archive=ctx.archive)
     kept, kept_report = keep_last(paired, keep, archive=ctx.archive, per_message_cap=cap)
+    # Counted after the cut, which just stored the dropped contents: their headers are in the CPU cache.
+    chars_before = content_chars(history)
     repaired, after = repair_pairing(kept, archive=ctx.archive)
     return repaired, StepReport(
         step=name,
         changed=repaired is not history,
         messages_before=len(history),
         messages_after=len(repaired),
-        chars_before=content_chars(history),
+        chars_before=chars_before,
         chars_after=content_chars(repaired),
         messages_dropped=kept_report.messages_dropped,
         messages_capped=kept_report.messages_capped,

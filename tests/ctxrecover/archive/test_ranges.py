@@ -20,6 +20,7 @@ from ctxrecover.archive import (
     archive_range,
     has_marker,
     marker,
+    member_keys,
     put_entries,
     read_original,
     recall,
@@ -331,3 +332,47 @@ def test_disk_archive_stores_a_range_s_members_in_one_batch(
     key = archive_range(disk, messages)
     assert batches == [len(member_texts(messages))]
     assert recall(disk, key).found[key] == render_transcript(messages)
+
+
+# -- property: the C-level entry fetch stores exactly what the per-message loop stored -----------
+
+
+def loop_archive_range(store: MemoryArchive, messages: list[Message]) -> str:
+    """archive_range as it was (one Python step per message), the reference for the faster fetch."""
+    from itertools import chain
+    from operator import itemgetter
+
+    cache = ranges_module._RANGE_ENTRY_CACHE
+    entries = [m._cache.get(cache) or ranges_module._range_entry(m) for m in messages]
+    blocks = list(map(itemgetter(0), entries))
+    if None in blocks:
+        images = [(archive_key(i.data), i.data) for m in messages for i in m.images if i.data is not None]
+        if images:
+            store.put_keyed(images)
+        return store.put(render_transcript(messages))
+    store.put_keyed(list(chain.from_iterable(map(itemgetter(1), entries))))
+    return store.put(ranges_module.RANGE_HEADER % len(messages) + "".join(blocks))
+
+
+RANGE_MESSAGES = st.one_of(
+    st.builds(Message.user, st.text(max_size=8)),
+    st.builds(
+        lambda text, ids: Message.assistant(text, tool_calls=[ToolCall(i, "ls", "{}") for i in ids]),
+        st.text(max_size=8),
+        st.lists(st.sampled_from(["a", "b", "x\ny", "<<ccr:"]), max_size=2, unique=True),
+    ),
+    st.builds(lambda i, text: Message.tool(i, text), st.sampled_from(["a", "b\n"]), st.text(max_size=8)),
+    st.builds(lambda data: Message.user("img", images=[Image(data=data)]), st.sampled_from(["QUJD", "REVG"])),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(RANGE_MESSAGES, st.booleans()), max_size=10))
+def test_archive_range_equals_the_per_message_loop(pairs: list[tuple[Message, bool]]) -> None:
+    messages = [msg for msg, _ in pairs]
+    for msg, memoized in pairs:  # some keys memoized on append, the others hashed at the cut
+        if memoized:
+            member_keys(msg)
+    fast, slow = MemoryArchive(), MemoryArchive()
+    assert archive_range(fast, messages) == loop_archive_range(slow, messages)
+    assert {k: fast.get(k) for k in fast.keys()} == {k: slow.get(k) for k in slow.keys()}

@@ -238,3 +238,59 @@ def test_repair_is_idempotent_and_valid_for_random_histories(history: list[Messa
     recalled = "".join(recall(store, note.content).text for note in notes)
     assert all(f"[tool]: {m.content}\n[tool_result {m.tool_call_id}]" in recalled for m in orphans)
     assert sum(m.role == "assistant" for m in once) == sum(m.role == "assistant" for m in history)
+
+
+# -- property: the one-loop validate_pairing equals the block-scan it replaced ----------------
+
+
+def block_scan_validate(history: list[Message]) -> bool:
+    """The earlier validate_pairing (a scan that consumes each assistant's run of results), kept as
+    the reference the faster single loop must equal."""
+    n = len(history)
+    i = 0
+    while i < n:
+        msg = history[i]
+        if msg.role == "tool":
+            return False
+        i += 1
+        if msg.role != "assistant" or not msg.tool_calls:
+            continue
+        pending = {c.id for c in msg.tool_calls}
+        if "" in pending or len(pending) != len(msg.tool_calls):
+            return False
+        while i < n and history[i].role == "tool":
+            call_id = history[i].tool_call_id
+            if call_id not in pending:
+                return False
+            pending.remove(call_id)
+            i += 1
+        if pending:
+            return False
+    return True
+
+
+EXTRA = st.one_of(MESSAGES, st.just(Message("tool", "no id")), st.just(Message.system("s")))
+
+
+@st.composite
+def nearly_valid_histories(draw: st.DrawFn) -> list[Message]:
+    """A repaired (valid) history, then up to two edits that may break it: a message inserted,
+    removed or swapped with its neighbour."""
+    history = list(repair_pairing(draw(st.lists(MESSAGES, max_size=14)))[0])
+    for _ in range(draw(st.integers(0, 2))):
+        edit = draw(st.sampled_from(["insert", "remove", "swap"]))
+        at = draw(st.integers(0, len(history)))
+        if edit == "insert":
+            history.insert(at, draw(EXTRA))
+        elif history and at < len(history):
+            if edit == "remove":
+                del history[at]
+            elif at + 1 < len(history):
+                history[at], history[at + 1] = history[at + 1], history[at]
+    return history
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(nearly_valid_histories(), st.lists(EXTRA, max_size=12)))
+def test_validate_pairing_equals_the_block_scan(history: list[Message]) -> None:
+    assert validate_pairing(history) is block_scan_validate(history)

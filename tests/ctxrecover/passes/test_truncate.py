@@ -521,3 +521,26 @@ def test_truncating_messages_archived_on_entry_hashes_only_the_index(monkeypatch
     _, report = emergency_truncate(history, 3, archive=store)
     assert report.archive_key is not None
     assert hashed == [store.get(report.archive_key)]  # one small index, not the dropped text
+
+
+# -- property: keep_last's split by slices equals the role filter it replaced --------------------
+
+KEEP_LAST_MESSAGES = st.sampled_from(
+    [Message.system("s"), Message.user("u"), Message.assistant("a"), Message.tool("t", "r")]
+).map(lambda m: m.replace(content=m.content))  # a fresh object each time: identity matters below
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(KEEP_LAST_MESSAGES, max_size=12), st.integers(2, 5))
+def test_keep_last_keeps_every_system_message_in_order_and_the_filtered_tail(
+    history: list[Message], n: int
+) -> None:
+    kept, report = keep_last(history, n, archive=MemoryArchive())
+    systems = [m for m in history if m.role == "system"]
+    others = [m for m in history if m.role != "system"]
+    start = max(0, len(others) - n)
+    while start < len(others) and others[start].role != "user":
+        start += 1
+    assert [id(m) for m in kept[: len(systems)]] == [id(m) for m in systems]
+    assert [id(m) for m in kept[len(kept) - len(others) + start :]] == [id(m) for m in others[start:]]
+    assert report.messages_dropped == start
