@@ -15,7 +15,6 @@ A valid history is returned unchanged — the very same list object — after an
 O(n) validation pass, so the common case costs one scan and no copies.
 
 >>> from ctxrecover.messages import Message, ToolCall
-from ctxrecover.passes.history_index import HistoryIndex, TurnState
 >>> h = [Message.user("go"), Message.assistant(tool_calls=[ToolCall("a", "ls")])]
 >>> fixed, report = repair_pairing(h)
 >>> report.synthetic_results, fixed[-1].error_code

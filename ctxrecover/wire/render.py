@@ -31,6 +31,7 @@ Rendering rules worth knowing:
 - Tool-call arguments are parsed for the formats that want an object; text
   that is not a JSON object is kept whole under ``"_raw_arguments"``.
 
+>>> from ctxrecover.wire import request_size
 >>> body = render_request([Message.user("hi")], "anthropic", model="claude-sonnet-4-5")
 >>> body["messages"]
 [{'role': 'user', 'content': 'hi'}]
@@ -41,7 +42,8 @@ The other pieces live in one module each and are re-exported by
 :mod:`ctxrecover.wire`: :mod:`ctxrecover.wire.formats` (:class:`WireFormat`,
 tables, :func:`encode_body`), :mod:`ctxrecover.wire.fragments` (what one
 message renders to), :mod:`ctxrecover.wire.size` (cached fragments,
-:class:`WireSizeTracker`) and :mod:`ctxrecover.wire.response` (:func:`parse_response`).
+:class:`WireSizeTracker`), :mod:`ctxrecover.wire.chunks` (:class:`BodyEncoder`: successive bodies
+as reused blocks of messages) and :mod:`ctxrecover.wire.response` (:func:`parse_response`).
 """
 
 from __future__ import annotations

@@ -39,9 +39,10 @@ summarizer behaves, what workload to replay and what outcome to expect::
 :func:`load_scenario` takes a bundled name (``fixtures/scenarios/<name>.toml``)
 or a path; :func:`list_scenarios` lists the bundled names. Every problem raises
 :class:`ScenarioError` naming the file, the section or fault, and the field.
-:func:`parse_fault_spec` reads the compact CLI form
+:func:`~simulator.proxy.fault_specs.parse_fault_spec` reads the compact CLI form
 (``ctxsim proxy --fault body-cap:128KB:waf-403-html``).
 
+>>> from simulator.proxy.fault_specs import parse_fault_spec
 >>> parse_fault_spec("body-cap:1MB:envoy")
 BodyCap(probability=1.0, from_turn=1, until_turn=None, min_bytes=0, limit=1048576, response='envoy')
 """
