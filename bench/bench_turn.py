@@ -220,6 +220,26 @@ class JoinedBodySender(HttpxSender):
         return [b"".join(super().render_chunks(request))]
 
 
+def _alternated_turns(url: str, *, turns: int, messages: int, target_bytes: int) -> dict[str, list[float]]:
+    """Turn times of two sessions on the same history, chunked and joined bodies, alternated."""
+    policy = DEFAULT_POLICY.replace(context_window=WINDOW_TOKENS)
+    history = build_history(messages=messages, target_bytes=target_bytes)
+    senders = {"chunks": HttpxSender(WireFormat.OPENAI_CHAT, base_url=url, model=MODEL),
+               "joined": JoinedBodySender(WireFormat.OPENAI_CHAT, base_url=url, model=MODEL)}
+    sessions = {name: Session(sender, policy=policy, history=list(history), model=MODEL)
+                for name, sender in senders.items()}
+    samples: dict[str, list[float]] = {name: [] for name in sessions}
+    for index in range(WARMUP_TURNS + turns):
+        for name, session in sessions.items():
+            start = time.perf_counter()
+            _turn(session, index)
+            if index >= WARMUP_TURNS:
+                samples[name].append(time.perf_counter() - start)
+    for sender in senders.values():
+        sender.close()
+    return samples
+
+
 def run_loopback(*, turns: int = TURNS, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES
                  ) -> dict[str, Any]:
     """The same steady-state turns over real loopback TCP, chunked body vs one joined buffer, alternated.
@@ -228,29 +248,14 @@ def run_loopback(*, turns: int = TURNS, messages: int = MESSAGES, target_bytes: 
     figures are the client's: rendering, httpx/httpcore writing the body into the
     socket, reading the reply.
     """
-    server = subprocess.Popen([sys.executable, "-c", _LOOPBACK_SERVER, json.dumps(REPLY)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        url = f"http://127.0.0.1:{int(server.stdout.readline())}"
-        policy = DEFAULT_POLICY.replace(context_window=WINDOW_TOKENS)
-        history = build_history(messages=messages, target_bytes=target_bytes)
-        senders = {"chunks": HttpxSender(WireFormat.OPENAI_CHAT, base_url=url, model=MODEL),
-                   "joined": JoinedBodySender(WireFormat.OPENAI_CHAT, base_url=url, model=MODEL)}
-        sessions = {name: Session(sender, policy=policy, history=list(history), model=MODEL)
-                    for name, sender in senders.items()}
-        samples: dict[str, list[float]] = {name: [] for name in sessions}
-        for index in range(WARMUP_TURNS + turns):
-            for name, session in sessions.items():
-                start = time.perf_counter()
-                _turn(session, index)
-                if index >= WARMUP_TURNS:
-                    samples[name].append(time.perf_counter() - start)
-        for sender in senders.values():
-            sender.close()
-    finally:
-        server.kill()
-        server.wait()
+    with subprocess.Popen([sys.executable, "-c", _LOOPBACK_SERVER, json.dumps(REPLY)],
+                          stdout=subprocess.PIPE, text=True) as server:
+        try:
+            assert server.stdout is not None
+            samples = _alternated_turns(f"http://127.0.0.1:{int(server.stdout.readline())}", turns=turns,
+                                        messages=messages, target_bytes=target_bytes)
+        finally:
+            server.kill()
     chunks_ms, joined_ms = (statistics.median(samples[name]) * 1e3 for name in ("chunks", "joined"))
     return {"chunks_ms": chunks_ms, "joined_ms": joined_ms, "ratio": chunks_ms / joined_ms,
             "turns_timed": turns}

@@ -58,6 +58,13 @@ def test_turn_bench_times_steady_turns_through_httpx_sender(bench: Any) -> None:
     assert result["post_ms"] >= 0 and result["session_ms"] >= 0
 
 
+def test_turn_bench_over_loopback_posts_both_ways_to_its_own_server(bench: Any) -> None:
+    turn = bench("bench_turn")
+    result = turn.run_loopback(messages=TINY_MESSAGES, target_bytes=TINY_BYTES, turns=2)
+    assert result["turns_timed"] == 2
+    assert _finite(result["chunks_ms"]) and _finite(result["joined_ms"]) and _finite(result["ratio"])
+
+
 def test_compaction_bench_runs_every_level_on_a_tiny_history(bench: Any) -> None:
     compaction = bench("bench_compaction")
     result = compaction.measure(TINY_BYTES, TINY_MESSAGES, 1)
