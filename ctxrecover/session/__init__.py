@@ -35,7 +35,9 @@ Messages enter through :meth:`Session.add` / :meth:`Session.extend` /
 :class:`~ctxrecover.errors.UnencodableTextError` naming the message index, field
 and char offset) and anything that is not a :class:`Message`.
 
-The package holds one job per module: :mod:`.core` (the Session's state and turn loop).
+The package holds one job per module: :mod:`.core` (the Session's state and turn loop),
+:mod:`.failures` (what a turn does when a send fails), and :mod:`.host` (the part of the
+Session its helpers read and change, as a protocol).
 """
 
 from __future__ import annotations

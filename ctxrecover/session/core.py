@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import ctxrecover.catalog as catalog
 from ctxrecover.archive import Archive, MemoryArchive, SessionArchive, member_keys
-from ctxrecover.classify import Failure, FailureKind, classify
+from ctxrecover.classify import Failure, classify
 from ctxrecover.compactor import CompactionReport, HistoryCompactor
-from ctxrecover.errors import (
-    ArchiveError,
-    ContentBlockedError,
-    MessageError,
-    PayloadFloorError,
-    RecoveryExhausted,
-    UnrecoverableFailure,
-)
+from ctxrecover.errors import ArchiveError, MessageError
 from ctxrecover.events import Event, EventBus, SessionStats
 from ctxrecover.messages import Message, check_encodable
 from ctxrecover.passes.parts import archive_images, set_aside
@@ -30,35 +21,15 @@ from ctxrecover.passes.truncate import leading_system_count
 from ctxrecover.passes.turn import TurnPasses
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.recovery import (
-    CONTENT_BLOCK_CODE,
-    HEADER_FAULT_CODE,
-    OUTPUT_LIMIT_CODE,
-    OUTPUT_LIMIT_DEFAULT_NOTICE,
-    OUTPUT_LIMIT_NOTICE,
-    RECOVERABLE_FAILURE_CODE,
     GatewayModel,
-    Judgement,
-    Level2,
-    RecoveryContext,
     RecoveryLadder,
-    Verdict,
-    body_key,
-    cap_notice,
     preflight,
-    recover,
-    repair_malformed,
-    response_text,
-)
-from ctxrecover.recovery.diagnosis import (
-    content_block_error,
-    floor_error,
-    header_fault_error,
-    least_history,
-    lowered_max_tokens,
 )
 from ctxrecover.recovery.escalation import OutputEscalation
-from ctxrecover.recovery.probe import CapProven, keep_from, mark_unproven, unmarked, unproven
+from ctxrecover.recovery.probe import unmarked
 from ctxrecover.senders import ChatRequest, ChatResponse, Sender
+from ctxrecover.session.failures import FailureHandler
+from ctxrecover.session.host import LIVE_HISTORY, LIVE_OUTGOING
 from ctxrecover.sizes import char_budget, total_weight
 from ctxrecover.summarize import (
     CancelToken,
@@ -71,7 +42,6 @@ from ctxrecover.summarize.context_editing import context_management_request, mir
 from ctxrecover.wire import (
     DEFAULT_ANTHROPIC_MAX_TOKENS,
     WireFormat,
-    encode_request,
     request_size,
 )
 
@@ -87,26 +57,17 @@ PROVIDER_BY_FORMAT: dict[WireFormat, str] = {
     WireFormat.BEDROCK_CONVERSE: "bedrock",
 }
 TRANSIENT_RETRIES = 2
-TRANSIENT_BACKOFF_S = (1.0, 4.0)
 BYTE_FIT_ROUNDS = 4  # planned compaction rounds to bring real wire bytes under a cap
 BYTE_FIT_MARGIN = 0.95
 BYTE_FIT_MIN_KEEP = 2  # fewest recent messages a byte-fit round keeps (keep_recent halves each round)
 CALIBRATION_MIN_TOKENS = 200  # ignore tiny requests when calibrating chars per token
 CALIBRATION_WEIGHT = 0.3  # exponential moving average of observed chars per token
 CALIBRATION_BOUNDS = (1.0, 8.0)
-OUTPUT_LIMIT_RETRIES = 3  # times one turn may lower max_tokens after "max_tokens is too large"
-# Decision beyond the reference: an overflow error that states the real window tightens the session's
-# window (like a learned payload cap), so the next turns compact before the provider rejects them.
-LEARNED_WINDOW_NOTICE = (
-    "ℹ Provider reported a context window of %d tokens — budget recomputed for this session"
-)
 # Decision beyond the reference: the archive never evicts what the history reaches, so it may refuse.
 ARCHIVE_REFUSED_NOTICE = (
     "⚠ CCR archive refused to store what this turn would cut — that cut was not made, nothing is lost: %s"
 )
 ARCHIVE_PINS_NOTICE = "⚠ CCR archive could not record which entries this session still uses (will retry): %s"
-LIVE_HISTORY = "history"  # the SessionArchive lists a session keeps pinned
-LIVE_OUTGOING = "outgoing"
 
 
 def resolve_summarizer(
@@ -135,29 +96,6 @@ def resolve_summarizer(
     if engine is None:
         return built_in
     return ContextEngineSummarizer(engine, fallback=built_in, timeout=policy.summarizer_timeout_s)
-
-
-@dataclass(frozen=True, slots=True)
-class _Checkpoint:
-    """The session before a turn's first size-limit recovery, to undo it if it was for nothing."""
-
-    history: list[Message]
-    gateway: GatewayModel
-    tool_result_budget_chars: int
-    tool_result_max_chars: int
-
-
-@dataclass(slots=True)
-class _Turn:
-    """What one ``complete()`` call tracks across its attempts."""
-
-    max_tokens: int | None
-    transient_left: int
-    attempts: int = 0
-    malformed_retried: bool = False
-    output_lowerings: int = 0
-    before_recovery: _Checkpoint | None = None
-    size_signatures: set[str] = field(default_factory=set)
 
 
 class Session:
@@ -231,7 +169,6 @@ class Session:
         # Tool definitions ride along with every request: measured once, reserved from the budget.
         self.reserved_chars = len(json.dumps(tools, ensure_ascii=False)) if tools else 0
         self._gateway = gateway or GatewayModel.from_policy(self.policy)
-        self._classify = classifier
         self.compactor = compactor or HistoryCompactor(
             self.policy,
             self.archive,
@@ -250,8 +187,9 @@ class Session:
         self.context_editing = (
             self.policy.context_engine == "provider" and self.wire_format is WireFormat.ANTHROPIC
         )
-        self._transient_retries = transient_retries
-        self._sleep = sleep
+        self._failures = FailureHandler(
+            self, classifier=classifier, sleep=sleep, transient_retries=transient_retries
+        )
         self.passes = TurnPasses(
             self.policy, self.archive, self.wire_format, model=self.model, incremental=incremental
         )
@@ -396,25 +334,22 @@ class Session:
         self._report_env_problems()
         self.stats.turns += 1
         self.escalation.start_turn()
-        turn = _Turn(
-            max_tokens=self.escalation.observe_user_override(
-                max_tokens if max_tokens is not None else self.max_tokens
-            ),
-            transient_left=self._transient_retries,
+        turn = self._failures.new_turn(
+            self.escalation.observe_user_override(max_tokens if max_tokens is not None else self.max_tokens)
         )
         request = self._prologue(turn.max_tokens, cancel)
-        self._refuse_known_failure(request, turn)
+        self._failures.refuse_known_failure(request, turn)
         while True:
             self.stats.requests += 1
             try:
                 response = self.sender.send(request)
             except Exception as exc:  # every failure is classified, never swallowed
-                request = self._after_failure(exc, request, turn, cancel)
+                request = self._failures.after_failure(exc, request, turn, cancel)
                 continue
             self._account(request, response)
             self._unproven = {id(response.message): response.message}  # the answer was never sent
             accepted = self._gateway.accepted(response.request_bytes, policy=self.policy)
-            self._update_gateway(accepted, accepted=True)
+            self._failures.update_gateway(accepted, accepted=True)
             turn.before_recovery, turn.size_signatures = None, set()
             if turn.attempts:
                 self.stats.recoveries += 1
@@ -434,312 +369,10 @@ class Session:
             self._history.append(response.message)
             return response.message
 
-    def _after_failure(
-        self, exc: Exception, request: ChatRequest, turn: _Turn, cancel: CancelToken | None
-    ) -> ChatRequest:
-        """Classify a failed send, let the gateway model judge it, and return the request to send
-        next, or raise.
-
-        Never returns a request known to fail: a ladder level whose request is as
-        large as a rejected size, or identical (recall keys aside) to a refused
-        body, is followed at once by the next level; when the ladder is spent the
-        failure (or the floor diagnosis) is raised instead of a wasted request.
-        """
-        size = getattr(exc, "request_bytes", None)
-        size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
-        history_chars = self.passes.weight(self._history)
-        failure = self._classify(exc, request_bytes=size, history_chars=history_chars)
-        self.stats.rejected_requests += 1
-        if failure.kind is FailureKind.MALFORMED_HISTORY:
-            # Pairing repair and one retry, never truncation. The outgoing copy is repaired
-            # before every send, so a retry only happens when the repair changes the request.
-            with self.archive.attributed("pairing"):
-                self._history, _ = repair_malformed(self._history, self.archive)
-            retry = self._prologue(turn.max_tokens, cancel)
-            if not turn.malformed_retried and retry.messages != request.messages:
-                turn.malformed_retried = True
-                return retry
-            raise UnrecoverableFailure(
-                f"malformed history the provider rejects: {failure.evidence}", failure=failure
-            ) from exc
-        if failure.kind is FailureKind.OUTPUT_LIMIT:
-            return self._lower_max_tokens(failure, request, turn, exc)
-        before = self._gateway
-        body = response_text(exc)
-        judged = before.judge(
-            failure, request_bytes=size, policy=self.policy, body=body, history_chars=history_chars
-        )
-        failure = judged.failure
-        if judged.verdict is Verdict.HEADER_FAULT:
-            self._gateway = judged.model
-            fault = header_fault_error(getattr(exc, "header_bytes", None), self._size_of(request), failure)
-            self.events.notice(HEADER_FAULT_CODE, str(fault))
-            raise fault from exc
-        if judged.verdict is Verdict.CONTENT_BLOCK:
-            raise self._content_block(judged, request, turn) from exc
-        if judged.verdict is Verdict.RETRY or failure.kind is FailureKind.TRANSIENT_NETWORK:
-            self._gateway = judged.model
-            if turn.transient_left > 0:
-                self._sleep(TRANSIENT_BACKOFF_S[min(self._transient_retries - turn.transient_left, 1)])
-                turn.transient_left -= 1
-                return request  # a plain retry: nothing about the request was wrong
-        if not failure.recoverable:
-            raise UnrecoverableFailure(
-                f"{failure.kind}: {failure.evidence or failure.kind}", failure=failure, attempts=turn.attempts
-            ) from exc
-        announced = False
-        probe: tuple[int, ...] = ()
-        if judged.verdict is Verdict.SIZE_LIMIT:
-            probe = self._probe_indices(failure, turn)
-            if failure.notice:  # SPEC §6's order: the retry notice, then what the rejection teaches
-                self.events.notice(RECOVERABLE_FAILURE_CODE, failure.notice)
-                announced = True
-            if turn.before_recovery is None:
-                turn.before_recovery = _Checkpoint(
-                    list(self._history), before, self.tool_result_budget_chars, self.tool_result_max_chars
-                )
-            turn.size_signatures.add(judged.signature)
-            self._update_gateway(judged.model)
-            error = self._floor_error(failure, turn, request.max_tokens, warn=True)
-            if error is not None:
-                raise error from exc
-        self._gateway = self._gateway.refuse(self._body_key(request), self._size_of(request), judged.verdict)
-        retry = request
-        while turn.attempts < self.policy.max_recovery_attempts:
-            turn.attempts += 1
-            if probe:  # this attempt keeps what the gateway never accepted whole (recovery.probe)
-                retry = self._probe_retry(failure, turn, probe, announce=not announced, cancel=cancel)
-                probe = ()
-            else:
-                self._recover(failure, turn.attempts, announce=not announced)
-                self._learn_window(failure)
-                retry = self._prologue(turn.max_tokens, cancel)
-            announced = True  # one notice per rejected request, however many levels it takes to retry
-            if self._known_failure(retry) is None:
-                return retry
-        # Compaction did all it could: when its smallest request is still as large as a rejected one,
-        # the floor diagnosis says so (whatever the cap strategy: the evidence is the same).
-        retry_size = self._size_of(retry)
-        limit = self._gateway.hard_limit or self._gateway.smallest_rejected or failure.rejected_bytes
-        floor_reached = limit is not None and retry_size >= limit
-        if judged.verdict is Verdict.SIZE_LIMIT and retry is not request and floor_reached:
-            error = self._floor_error(failure, turn, retry.max_tokens, smallest=retry_size)
-            if error is not None:
-                raise error from exc
-        raise RecoveryExhausted(
-            f"recovery exhausted after {turn.attempts} attempt(s): {failure.reason_text or failure.kind}",
-            failure=failure,
-            attempts=turn.attempts,
-        ) from exc
-
-    def _probe_retry(
-        self,
-        failure: Failure,
-        turn: _Turn,
-        indices: tuple[int, ...],
-        *,
-        announce: bool,
-        cancel: CancelToken | None,
-    ) -> ChatRequest:
-        """The recovery attempt for a WAF's size reading that keeps the unproven messages whole.
-
-        Marked ``preserve_verbatim`` for this attempt, they survive the ladder step and the
-        prologue's compaction while they fit the verbatim share of the budget (SPEC §5);
-        larger, the attempt keeps the conversation from the user message before the first of
-        them (:class:`~ctxrecover.recovery.Level2`, older messages archived, the proven ones cut
-        to the shrink floor: :class:`~ctxrecover.recovery.probe.CapProven`) and sends it without
-        further compaction. A retry larger than what the gateway accepted tells nothing: it is
-        compacted as usual.
-        """
-        unproven_weight = sum(self.passes.weight([self._history[i]]) for i in indices)
-        share = self.char_budget(max_tokens=turn.max_tokens) * self.policy.verbatim_budget_fraction
-        self._history, marks = mark_unproven(self._history, indices)
-        self._marked = marks
-        if unproven_weight <= share:
-            self._recover(failure, turn.attempts, announce=announce)
-            retry = self._prologue(turn.max_tokens, cancel)
-        else:
-            keep = keep_from(self._history, indices[0])
-            ladder = RecoveryLadder(Level2(keep=keep) + CapProven())
-            self._recover(failure, turn.attempts, announce=announce, ladder=ladder)
-            retry = self._outgoing(turn.max_tokens)
-        self._history = unmarked(self._history, marks)
-        self.archive.track(LIVE_HISTORY, self._history)
-        retry = dataclasses.replace(retry, messages=tuple(unmarked(retry.messages, marks)))
-        if self._size_of(retry) > self._gateway.largest_accepted:
-            retry = self._prologue(turn.max_tokens, cancel)  # it tells nothing: compact as usual
-        return retry
-
-    def _probe_indices(self, failure: Failure, turn: _Turn) -> tuple[int, ...]:
-        """The messages the retry for a size reading keeps whole, to tell it from a content rule
-        (:mod:`ctxrecover.recovery.probe`): only for a WAF refusal (a 413 names the size; a 403
-        does not), the turn's first, and only when those messages fit under what the gateway
-        accepted with the system messages — else no retry keeping them could tell anything."""
-        if failure.kind is not FailureKind.WAF_REJECTION or turn.before_recovery is not None:
-            return ()
-        indices = unproven(self._history, self._unproven)
-        if not indices:
-            return ()
-        system = self._history[: leading_system_count(self._history)]
-        kept = [*system, *(self._history[i] for i in indices)]
-        if self._request_bytes(kept, turn.max_tokens) > self._gateway.largest_accepted:
-            return ()
-        return indices
-
-    # -- what the gateway model decides ----------------------------------------------------------
-    def _update_gateway(self, model: GatewayModel, *, accepted: bool = False) -> None:
-        """Adopt ``model``; say so when a rejection set or moved the learned cap (SPEC §6.1)."""
-        notice = cap_notice(self._gateway, model, accepted=accepted)
-        self._gateway = model
-        if notice is not None:
-            self.events.emit(notice)
-
     def _size_of(self, request: ChatRequest) -> int:
         return self.passes.request_bytes(
             request.messages, max_tokens=request.max_tokens, tools=request.tools, extra=request.extra or None
         )
-
-    def _body_key(self, request: ChatRequest) -> str:
-        body = encode_request(
-            request.messages,
-            self.wire_format,
-            model=self.model,
-            max_tokens=request.max_tokens,
-            tools=request.tools,
-            extra=request.extra or None,
-        )
-        return body_key(body)
-
-    def _known_failure(self, request: ChatRequest) -> tuple[int, str] | None:
-        """(size, why) when ``request`` is known to fail — too large, or a refused body — else None."""
-        size = self._size_of(request)
-        refused = self._gateway.refusal(size, lambda: self._body_key(request))
-        if refused is not None:
-            return size, refused.verdict
-        if self._gateway.known_too_large(size):
-            return size, Verdict.SIZE_LIMIT.value
-        return None
-
-    def _refuse_known_failure(self, request: ChatRequest, turn: _Turn) -> None:
-        """Raise before sending a turn's first request when it is known to fail."""
-        known = self._known_failure(request)
-        if known is None:
-            return
-        size, why = known
-        if why == Verdict.CONTENT_BLOCK:
-            raise self._content_block_error(size, None, turn)
-        if why == Verdict.SIZE_LIMIT:
-            error = self._floor_error(None, turn, request.max_tokens, smallest=size)
-            if error is not None:
-                raise error
-        raise RecoveryExhausted(
-            f"not sent: the request is identical (recall keys aside) to one the provider refused ({why})"
-        )
-
-    def _base_sizes(self, max_tokens: int | None) -> tuple[int, int]:
-        """Real bytes of a request carrying only the system messages, and what tool definitions add."""
-        system = self._history[: leading_system_count(self._history)]
-        alone = request_size(system, self.wire_format, model=self.model, max_tokens=max_tokens)
-        return alone, self._request_bytes(system, max_tokens) - alone
-
-    def _floor_error(
-        self,
-        failure: Failure | None,
-        turn: _Turn,
-        max_tokens: int | None,
-        *,
-        smallest: int | None = None,
-        warn: bool = False,
-    ) -> PayloadFloorError | None:
-        """The floor diagnosis (SPEC §6.2, §11) against the smallest rejected size, in real bytes.
-
-        ``smallest`` is the smallest request compaction produced, when it did; else the
-        least any compaction could leave is measured. Returns the error to raise (the
-        history goes back to before this turn's recovery), or None — after the ``⚠``
-        warning when ``warn``.
-        """
-        rejected = self._gateway.smallest_rejected or (failure.rejected_bytes if failure else None)
-        if not rejected:
-            return None
-        system, tools = self._base_sizes(max_tokens)
-        error, warning = floor_error(
-            system_bytes=system,
-            tools_bytes=tools,
-            rejected_bytes=rejected,
-            limit_bytes=self._gateway.hard_limit,
-            smallest=smallest
-            if smallest is not None
-            else lambda: self._request_bytes(least_history(self._history, self.policy), max_tokens),
-            policy=self.policy,
-            failure=failure,
-            attempts=turn.attempts,
-        )
-        if error is None:
-            if warn and warning is not None:
-                self.events.emit(warning)
-            return None
-        if turn.before_recovery is not None:
-            self._restore(turn.before_recovery)
-        return error
-
-    def _restore(self, checkpoint: _Checkpoint) -> None:
-        self._history = list(checkpoint.history)
-        self.tool_result_budget_chars = checkpoint.tool_result_budget_chars
-        self.tool_result_max_chars = checkpoint.tool_result_max_chars
-
-    def _content_block(self, judged: Judgement, request: ChatRequest, turn: _Turn) -> ContentBlockedError:
-        """A refusal at or below an accepted size: no cap, no compaction, a notice and a typed error.
-
-        When this turn already took a rejection with the same signature for a size
-        limit, that was the same rule firing on content: its evidence and the
-        compaction done for it are undone.
-        """
-        model = judged.model
-        checkpoint = turn.before_recovery
-        if checkpoint is not None and judged.signature in turn.size_signatures:
-            model = model.retract_to(checkpoint.gateway)
-            self._restore(checkpoint)
-            turn.before_recovery, turn.size_signatures = None, set()
-        size = self._size_of(request)
-        self._gateway = model.refuse(self._body_key(request), size, Verdict.CONTENT_BLOCK)
-        return self._content_block_error(judged.failure.rejected_bytes or size, judged.failure, turn)
-
-    def _content_block_error(self, size: int, failure: Failure | None, turn: _Turn) -> ContentBlockedError:
-        error = content_block_error(
-            self._history,
-            self.wire_format,
-            request_bytes=size,
-            largest_accepted=self._gateway.largest_accepted,
-            failure=failure,
-            attempts=turn.attempts,
-        )
-        self.events.notice(CONTENT_BLOCK_CODE, str(error))
-        return error
-
-    def _lower_max_tokens(
-        self, failure: Failure, request: ChatRequest, turn: _Turn, exc: Exception
-    ) -> ChatRequest:
-        """A 400 saying max_tokens is too large: retry with the limit it states (else half), never
-        compact; the lower value holds for the rest of the session (SPEC §11)."""
-        current = request.max_tokens
-        if current is None and self.wire_format is WireFormat.ANTHROPIC:
-            current = DEFAULT_ANTHROPIC_MAX_TOKENS
-        lowered = lowered_max_tokens(failure, current)
-        if lowered is None or turn.output_lowerings >= OUTPUT_LIMIT_RETRIES:
-            asked = "not set" if current is None else current
-            raise UnrecoverableFailure(
-                f"output_limit: {failure.evidence or 'max_tokens rejected'} (max_tokens={asked})",
-                failure=failure,
-                attempts=turn.attempts,
-            ) from exc
-        turn.output_lowerings += 1
-        self.escalation.learn_output_cap(lowered)
-        notice = OUTPUT_LIMIT_DEFAULT_NOTICE % lowered if current is None else OUTPUT_LIMIT_NOTICE % (
-            current, lowered
-        )
-        self.events.notice(OUTPUT_LIMIT_CODE, notice)
-        turn.max_tokens = lowered
-        return dataclasses.replace(request, max_tokens=lowered)
 
     def _prologue(self, max_tokens: int | None, cancel: CancelToken | None) -> ChatRequest:
         """SPEC §3 order: microcompact, dedup, pre-flight, compaction, then the outgoing copy."""
@@ -838,49 +471,6 @@ class Session:
         return request_size(
             history, self.wire_format, model=self.model, max_tokens=max_tokens, tools=self.tools
         )
-
-    def _learn_window(self, failure: Failure) -> None:
-        limit = failure.context_limit_tokens
-        if limit and limit < self.context_window:
-            self.context_window = limit
-            self.events.notice("learned_window", LEARNED_WINDOW_NOTICE % limit)
-
-    def _recover(
-        self, failure: Failure, attempt: int, *, announce: bool = True, ladder: RecoveryLadder | None = None
-    ) -> None:
-        """One recovery attempt (SPEC §6 steps 3–7): the ladder step (``ladder``'s, else the
-        session's) and, once, the payload notice."""
-        ctx = RecoveryContext(
-            policy=self.policy,
-            archive=self.archive,
-            failure=failure,
-            tool_result_budget_chars=self.tool_result_budget_chars,
-            tool_result_max_chars=self.tool_result_max_chars,
-        )
-        payload_notice = failure.is_payload and not self._gateway.payload_notice_sent
-        with self.archive.attributed("recovery"):
-            result = recover(
-                self._history,
-                failure,
-                attempt,
-                ladder=ladder or self.ladder,
-                ctx=ctx,
-                events=self.events,
-                before_rewrite=self.compactor.prepare_rewrite,
-                payload_notice=payload_notice,
-                announce=announce,
-            )
-        if payload_notice:
-            self._gateway = self._gateway.replace(payload_notice_sent=True)
-        self.stats.recovery_attempts += 1
-        if result.changed:
-            self.stats.compactions += 1  # a recovery rewrite is a compaction (trigger "recovery")
-            self.compactor.record_rewrite(result.history)
-        else:
-            self.compactor.discard_snapshot()
-        self._history = result.history
-        self.tool_result_budget_chars = result.tool_result_budget_chars
-        self.tool_result_max_chars = result.tool_result_max_chars
 
     def _input_tokens(self, request: ChatRequest, response: ChatResponse | None = None) -> int:
         """The request's input tokens: the provider's count when it reported one, else an estimate
