@@ -36,7 +36,8 @@ Messages enter through :meth:`Session.add` / :meth:`Session.extend` /
 and char offset) and anything that is not a :class:`Message`.
 
 The package holds one job per module: :mod:`.core` (the Session's state and turn loop),
-:mod:`.failures` (what a turn does when a send fails), and :mod:`.host` (the part of the
+:mod:`.failures` (what a turn does when a send fails), :mod:`.accounting` (usage and the
+chars-per-token calibration), and :mod:`.host` (the part of the
 Session its helpers read and change, as a protocol).
 """
 

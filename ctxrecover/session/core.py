@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,7 +26,8 @@ from ctxrecover.recovery import (
 )
 from ctxrecover.recovery.escalation import OutputEscalation
 from ctxrecover.recovery.probe import unmarked
-from ctxrecover.senders import ChatRequest, ChatResponse, Sender
+from ctxrecover.senders import ChatRequest, Sender
+from ctxrecover.session.accounting import Accounting
 from ctxrecover.session.failures import FailureHandler
 from ctxrecover.session.host import LIVE_HISTORY, LIVE_OUTGOING
 from ctxrecover.sizes import char_budget, total_weight
@@ -38,7 +38,7 @@ from ctxrecover.summarize import (
     HttpSummarizer,
     Summarizer,
 )
-from ctxrecover.summarize.context_editing import context_management_request, mirror_applied_edits
+from ctxrecover.summarize.context_editing import context_management_request
 from ctxrecover.wire import (
     DEFAULT_ANTHROPIC_MAX_TOKENS,
     WireFormat,
@@ -60,9 +60,6 @@ TRANSIENT_RETRIES = 2
 BYTE_FIT_ROUNDS = 4  # planned compaction rounds to bring real wire bytes under a cap
 BYTE_FIT_MARGIN = 0.95
 BYTE_FIT_MIN_KEEP = 2  # fewest recent messages a byte-fit round keeps (keep_recent halves each round)
-CALIBRATION_MIN_TOKENS = 200  # ignore tiny requests when calibrating chars per token
-CALIBRATION_WEIGHT = 0.3  # exponential moving average of observed chars per token
-CALIBRATION_BOUNDS = (1.0, 8.0)
 # Decision beyond the reference: the archive never evicts what the history reaches, so it may refuse.
 ARCHIVE_REFUSED_NOTICE = (
     "⚠ CCR archive refused to store what this turn would cut — that cut was not made, nothing is lost: %s"
@@ -187,6 +184,7 @@ class Session:
         self.context_editing = (
             self.policy.context_engine == "provider" and self.wire_format is WireFormat.ANTHROPIC
         )
+        self._accounting = Accounting(self)
         self._failures = FailureHandler(
             self, classifier=classifier, sleep=sleep, transient_retries=transient_retries
         )
@@ -346,7 +344,7 @@ class Session:
             except Exception as exc:  # every failure is classified, never swallowed
                 request = self._failures.after_failure(exc, request, turn, cancel)
                 continue
-            self._account(request, response)
+            self._accounting.account(request, response)
             self._unproven = {id(response.message): response.message}  # the answer was never sent
             accepted = self._gateway.accepted(response.request_bytes, policy=self.policy)
             self._failures.update_gateway(accepted, accepted=True)
@@ -355,7 +353,7 @@ class Session:
                 self.stats.recoveries += 1
                 turn.attempts = 0
             if response.truncated:
-                room = self.context_window - self._input_tokens(request, response)
+                room = self.context_window - self._accounting.input_tokens(request, response)
                 grown = self.escalation.next_max_tokens(turn.max_tokens, room=room)
                 if grown is not None:
                     self.stats.escalations += 1
@@ -471,49 +469,6 @@ class Session:
         return request_size(
             history, self.wire_format, model=self.model, max_tokens=max_tokens, tools=self.tools
         )
-
-    def _input_tokens(self, request: ChatRequest, response: ChatResponse | None = None) -> int:
-        """The request's input tokens: the provider's count when it reported one, else an estimate
-        (text at the session's chars per token, images at their token cost)."""
-        if response is not None:
-            usage = response.usage
-            reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-            if reported:
-                return reported
-        weights = self.passes.request_weights(request.messages)
-        text = weights.weight - weights.image_chars + self.reserved_chars
-        return math.ceil(text / self.chars_per_token) + weights.image_tokens
-
-    def _account(self, request: ChatRequest, response: ChatResponse) -> None:
-        usage = response.usage
-        self.stats.provider_input_tokens += (
-            usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-        )
-        self.stats.provider_output_tokens += usage.output_tokens
-        edited = False
-        if self.context_editing:
-            with self.archive.attributed("context_editing"):
-                self._history, report = mirror_applied_edits(
-                    self._history, response.raw, archive=self.archive
-                )
-            if report.applied:
-                edited = True
-                self.stats.cache_rebuilds_expected += 1
-                self.events.notice(
-                    "context_editing",
-                    f"ℹ provider context editing cleared {report.cleared_tool_uses} tool result(s), "
-                    f"{report.cleared_input_tokens} tokens — mirrored locally (recoverable via @recall)",
-                )
-        # Calibrate on text only: images weigh their wire bytes but cost the model their token estimate.
-        weights = self.passes.request_weights(request.messages)
-        prompt_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-        text_tokens = prompt_tokens - weights.image_tokens
-        if not edited and text_tokens >= CALIBRATION_MIN_TOKENS:
-            chars = weights.weight - weights.image_chars + self.reserved_chars
-            observed = chars / text_tokens
-            low, high = CALIBRATION_BOUNDS
-            blended = (1 - CALIBRATION_WEIGHT) * self.chars_per_token + CALIBRATION_WEIGHT * observed
-            self.chars_per_token = min(high, max(low, blended))
 
     def _archive_failed(self, exc: ArchiveError, stage: str) -> None:
         """The archive refused a write (the cut was abandoned) or a pin change: count it and say so."""

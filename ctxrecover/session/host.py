@@ -41,6 +41,9 @@ class SessionHost(Protocol):
     wire_format: WireFormat
     model: str
     context_window: int
+    chars_per_token: float
+    reserved_chars: int
+    context_editing: bool
     tool_result_budget_chars: int
     tool_result_max_chars: int
     _history: list[Message]
