@@ -36,9 +36,10 @@ Messages enter through :meth:`Session.add` / :meth:`Session.extend` /
 and char offset) and anything that is not a :class:`Message`.
 
 The package holds one job per module: :mod:`.core` (the Session's state and turn loop),
+:mod:`.planning` (the turn's request: passes, pre-flight, planned compaction),
 :mod:`.failures` (what a turn does when a send fails), :mod:`.accounting` (usage and the
-chars-per-token calibration), and :mod:`.host` (the part of the
-Session its helpers read and change, as a protocol).
+chars-per-token calibration), and :mod:`.host` (the part of the Session its helpers read
+and change, as a protocol).
 """
 
 from __future__ import annotations

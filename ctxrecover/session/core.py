@@ -22,7 +22,6 @@ from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.recovery import (
     GatewayModel,
     RecoveryLadder,
-    preflight,
 )
 from ctxrecover.recovery.escalation import OutputEscalation
 from ctxrecover.recovery.probe import unmarked
@@ -30,6 +29,7 @@ from ctxrecover.senders import ChatRequest, Sender
 from ctxrecover.session.accounting import Accounting
 from ctxrecover.session.failures import FailureHandler
 from ctxrecover.session.host import LIVE_HISTORY, LIVE_OUTGOING
+from ctxrecover.session.planning import RequestPlanner
 from ctxrecover.sizes import char_budget, total_weight
 from ctxrecover.summarize import (
     CancelToken,
@@ -57,9 +57,6 @@ PROVIDER_BY_FORMAT: dict[WireFormat, str] = {
     WireFormat.BEDROCK_CONVERSE: "bedrock",
 }
 TRANSIENT_RETRIES = 2
-BYTE_FIT_ROUNDS = 4  # planned compaction rounds to bring real wire bytes under a cap
-BYTE_FIT_MARGIN = 0.95
-BYTE_FIT_MIN_KEEP = 2  # fewest recent messages a byte-fit round keeps (keep_recent halves each round)
 # Decision beyond the reference: the archive never evicts what the history reaches, so it may refuse.
 ARCHIVE_REFUSED_NOTICE = (
     "⚠ CCR archive refused to store what this turn would cut — that cut was not made, nothing is lost: %s"
@@ -185,6 +182,7 @@ class Session:
             self.policy.context_engine == "provider" and self.wire_format is WireFormat.ANTHROPIC
         )
         self._accounting = Accounting(self)
+        self._planner = RequestPlanner(self)
         self._failures = FailureHandler(
             self, classifier=classifier, sleep=sleep, transient_retries=transient_retries
         )
@@ -373,82 +371,8 @@ class Session:
         )
 
     def _prologue(self, max_tokens: int | None, cancel: CancelToken | None) -> ChatRequest:
-        """SPEC §3 order: microcompact, dedup, pre-flight, compaction, then the outgoing copy."""
-        self.archive.track(LIVE_HISTORY, self._history)  # messages appended in place since
-        policy, passes = self.policy, self.passes
-        history, micro = passes.microcompact(self._history)
-        if micro.truncated or micro.summarized:
-            self.events.notice("microcompact", micro.notice)
-        history = passes.dedup(history)
-        history, aging = passes.age_skills(history)
-        if aging.blocks_archived:
-            self.events.notice("skill_aging", aging.notice)
-        self._history = history
-
-        system_count = leading_system_count(history)
-        base = self._request_bytes(history[:system_count], max_tokens)
-        size = passes.history_bytes(history, max_tokens=max_tokens, tools=self.tools)
-        check = preflight(size, self._gateway, policy, base_bytes=base)
-        self._gateway = check.gateway
-        if check.notice is not None:
-            self.events.emit(check.notice)
-        budget = self.char_budget(check.budget_ratio_override, max_tokens=max_tokens)
-        if passes.weight(self._history) > budget:
-            self._compact_to(budget, "auto", cancel)
-        request = self._outgoing(max_tokens)
-        # Under a payload cap the real bytes decide. Each round tightens the budget to the
-        # measured overshoot and, when the kept recent messages alone are over it (every
-        # other message already at the shrink floor), keeps fewer of them: never send a
-        # request the session already knows is over its own cap while compaction can help.
-        cap = self._gateway.effective_cap
-        keep = self._keep_recent
-        for _ in range(BYTE_FIT_ROUNDS):
-            size = self._size_of(request)
-            if not cap or size <= cap:
-                return request
-            budget = int(min(budget, passes.weight(self._history)) * cap / size * BYTE_FIT_MARGIN)
-            changed = self._compact_to(budget, "auto", cancel, keep_recent=keep)
-            if not changed and keep <= BYTE_FIT_MIN_KEEP:
-                break
-            keep = max(BYTE_FIT_MIN_KEEP, keep // 2)
-            request = self._outgoing(max_tokens)
-        if cap and self._size_of(request) > cap:
-            # The last resort before a request known to be over the cap: images too large for the
-            # gateway, the newest included, go to the archive behind their notes.
-            with self.archive.attributed("images"):
-                history, images = archive_images(self._history, archive=self.archive, keep_recent=0)
-            if images.images_archived:
-                self.events.notice("images_archived", images.notice)
-                self._history = history
-                request = self._outgoing(max_tokens)
-        return request
-
-    def _compact_to(
-        self,
-        budget: int,
-        trigger: Literal["auto", "manual"],
-        cancel: CancelToken | None,
-        *,
-        keep_recent: int | None = None,
-    ) -> bool:
-        """Planned compaction to ``budget``; inline images outside the kept messages are archived
-        first (so compaction never drops a pixel), which may be enough. True when anything changed."""
-        keep = self._keep_recent if keep_recent is None else keep_recent
-        with self.archive.attributed("images"):
-            history, images = archive_images(
-                self._history, archive=self.archive, keep_recent=keep, user_first=False
-            )
-        if images.images_archived:
-            self.events.notice("images_archived", images.notice)
-            self._history = history
-            if self.passes.weight(history) <= budget:
-                return True
-        result = self.compactor.compact(
-            self._history, budget_chars=budget, keep_recent=keep, trigger=trigger, cancel=cancel
-        )
-        changed = result.history is not self._history and result.history != self._history
-        self._history = result.history
-        return changed or bool(images.images_archived)
+        """The turn's request, after the turn-boundary passes and planned compaction (:mod:`.planning`)."""
+        return self._planner.prologue(max_tokens, cancel)
 
     def _outgoing(self, max_tokens: int | None) -> ChatRequest:
         """The request for the history: pairing repair and the tool-result budget applied to a copy,

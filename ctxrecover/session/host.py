@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from ctxrecover.archive import SessionArchive
 from ctxrecover.compactor import HistoryCompactor
@@ -40,6 +40,7 @@ class SessionHost(Protocol):
     escalation: OutputEscalation
     wire_format: WireFormat
     model: str
+    tools: Any
     context_window: int
     chars_per_token: float
     reserved_chars: int
@@ -50,6 +51,9 @@ class SessionHost(Protocol):
     _gateway: GatewayModel
     _unproven: dict[int, Message]
     _marked: dict[int, tuple[Message, Message]]
+
+    @property
+    def _keep_recent(self) -> int: ...
 
     def char_budget(self, budget_ratio: float | None = None, *, max_tokens: int | None = None) -> int: ...
 
