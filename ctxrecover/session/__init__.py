@@ -38,12 +38,13 @@ and char offset) and anything that is not a :class:`Message`.
 The package holds one job per module: :mod:`.core` (the Session's state and turn loop),
 :mod:`.planning` (the turn's request: passes, pre-flight, planned compaction),
 :mod:`.failures` (what a turn does when a send fails), :mod:`.accounting` (usage and the
-chars-per-token calibration), and :mod:`.host` (the part of the Session its helpers read
-and change, as a protocol).
+chars-per-token calibration), :mod:`.summarizer` (the level-2 summarizer choice), and
+:mod:`.host` (the part of the Session its helpers read and change, as a protocol).
 """
 
 from __future__ import annotations
 
-from ctxrecover.session.core import Mode, Session, resolve_summarizer
+from ctxrecover.session.core import Mode, Session
+from ctxrecover.session.summarizer import resolve_summarizer
 
 __all__ = ["Mode", "Session", "resolve_summarizer"]

@@ -19,10 +19,7 @@ from ctxrecover.passes.parts import archive_images, set_aside
 from ctxrecover.passes.truncate import leading_system_count
 from ctxrecover.passes.turn import TurnPasses
 from ctxrecover.policy import DEFAULT_POLICY, Policy
-from ctxrecover.recovery import (
-    GatewayModel,
-    RecoveryLadder,
-)
+from ctxrecover.recovery import GatewayModel, RecoveryLadder
 from ctxrecover.recovery.escalation import OutputEscalation
 from ctxrecover.recovery.probe import unmarked
 from ctxrecover.senders import ChatRequest, Sender
@@ -30,22 +27,13 @@ from ctxrecover.session.accounting import Accounting
 from ctxrecover.session.failures import FailureHandler
 from ctxrecover.session.host import LIVE_HISTORY, LIVE_OUTGOING
 from ctxrecover.session.planning import RequestPlanner
+from ctxrecover.session.summarizer import resolve_summarizer
 from ctxrecover.sizes import char_budget, total_weight
-from ctxrecover.summarize import (
-    CancelToken,
-    ContextEngine,
-    ContextEngineSummarizer,
-    HttpSummarizer,
-    Summarizer,
-)
+from ctxrecover.summarize import CancelToken, ContextEngine, Summarizer
 from ctxrecover.summarize.context_editing import context_management_request
-from ctxrecover.wire import (
-    DEFAULT_ANTHROPIC_MAX_TOKENS,
-    WireFormat,
-    request_size,
-)
+from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, request_size
 
-__all__ = ["Mode", "Session", "resolve_summarizer"]
+__all__ = ["Mode", "Session"]
 
 Mode = Literal["agent", "chat"]
 
@@ -62,34 +50,6 @@ ARCHIVE_REFUSED_NOTICE = (
     "⚠ CCR archive refused to store what this turn would cut — that cut was not made, nothing is lost: %s"
 )
 ARCHIVE_PINS_NOTICE = "⚠ CCR archive could not record which entries this session still uses (will retry): %s"
-
-
-def resolve_summarizer(
-    policy: Policy,
-    summarizer: Summarizer | None,
-    context_engine: ContextEngine | None = None,
-    *,
-    env: Mapping[str, str] = os.environ,
-) -> Summarizer | None:
-    """The level-2 summarizer a session uses (SPEC §5 "Summarizer choice").
-
-    The given ``summarizer`` or, when ``policy.compact_model`` is set, a dedicated
-    OpenAI-compatible :class:`~ctxrecover.summarize.HttpSummarizer` (base URL and key
-    from ``env``). An external context engine — ``context_engine`` (a callable
-    implementing ``context_compact``) or an http(s) URL in ``policy.context_engine`` —
-    goes first and falls back to that summarizer on error, timeout or empty answer.
-    ``CHATCLI_CONTEXT_ENGINE=mcp:<server>`` needs the MCP tool passed as
-    ``context_engine``; ``provider`` means Anthropic context editing, not a summarizer.
-    """
-    built_in = summarizer
-    if built_in is None and policy.compact_model:
-        built_in = HttpSummarizer.from_env({**env, "CHATCLI_COMPACT_MODEL": policy.compact_model})
-    engine: ContextEngine | str | None = context_engine
-    if engine is None and policy.context_engine and policy.context_engine.startswith(("http://", "https://")):
-        engine = policy.context_engine
-    if engine is None:
-        return built_in
-    return ContextEngineSummarizer(engine, fallback=built_in, timeout=policy.summarizer_timeout_s)
 
 
 class Session:
