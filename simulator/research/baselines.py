@@ -189,7 +189,7 @@ BASELINES: Mapping[str, Strategy] = MappingProxyType(
                 "ctxrecover with recovery and planned compaction switched off: max_recovery_attempts=0 and "
                 "a compactor that never compacts (the budget is effectively infinite). The first rejection "
                 "of a turn ends the run. The per-turn lossless passes still run; nothing is lost.",
-                "ablation of this repository's Session (ctxrecover/session/)",
+                "ablation of this repository's Session (ctxrecover/session/core.py)",
                 (("max_recovery_attempts", 0),),
                 _no_recovery,
             ),
