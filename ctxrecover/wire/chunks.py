@@ -5,10 +5,11 @@ one ``bytes`` per request: each turn of a long conversation copies the whole
 history again. :class:`BodyEncoder` cuts the history into blocks (about
 ``block_messages`` messages or ``block_bytes`` of JSON; at turn starts for the
 formats that merge turns), joins each block once and keeps it while its
-messages stay the same, so a request that appends to the history joins only
-its new last block and hands the rest to the transport as they are. A block
-whose messages changed is joined again; the blocks after it are found again
-by their first message.
+messages stay the same, so a request that appends to the history adds the new
+messages to its open last block (appending their JSON to its bytes; for the
+formats that merge turns, joining that block again) and hands the rest to the
+transport as they are. A block whose messages changed is joined again; the
+blocks after it are found again by their first message.
 
 >>> from ctxrecover.messages import Message
 >>> encoder = BodyEncoder("openai-chat")
@@ -104,10 +105,12 @@ class BodyEncoder:
         start, count, comma = 0, len(messages), False
         while start < count:
             block = previous.get(id(messages[start]))
+            base = None
             if block is not None and not self._still_applies(block, messages, start, call_names, comma):
+                base = block if self._grows(block, messages, start, comma) else None
                 block = None
             if block is None:
-                block = self._new_block(messages, start, previous, dict(call_names), comma)
+                block = self._new_block(messages, start, previous, dict(call_names), comma, base)
             blocks.append(block)
             comma = comma or bool(block.data)
             if gemini:
@@ -134,6 +137,18 @@ class BodyEncoder:
             return False
         return tuple(call_names.get(call_id, "") for call_id in block.lookups) == block.names
 
+    def _grows(self, block: _Block, messages: tuple[Message, ...], start: int, comma: bool) -> bool:
+        """Whether ``block`` was the open end of a history that ``messages`` continues (list formats only:
+        there a message's items never depend on the next message)."""
+        end = start + len(block.messages)
+        return (
+            block.open
+            and self.wire_format not in GROUPED_FORMATS
+            and end < len(messages)
+            and messages[start:end] == block.messages
+            and (not block.data or block.comma == comma)
+        )
+
     def _new_block(
         self,
         messages: tuple[Message, ...],
@@ -141,12 +156,18 @@ class BodyEncoder:
         previous: dict[int, _Block],
         call_names: dict[str, str],
         comma: bool,
+        base: _Block | None,
     ) -> _Block:
-        """A block from ``start``, up to ``block_messages``/``block_bytes`` or a kept block's start."""
+        """A block from ``start`` (continuing ``base``, its open start), up to ``block_messages`` or
+        ``block_bytes``, or a kept block's start."""
         fmt = self.wire_format
         grouped = fmt in GROUPED_FORMATS
-        fragments = [_fragment(messages[start], fmt)]
-        size, end, count = len(fragments[0].items), start + 1, len(messages)
+        if base is None:
+            fragments = [_fragment(messages[start], fmt)]
+            size, end = len(fragments[0].items), start + 1
+        else:
+            fragments, size, end = [], len(base.data), start + len(base.messages)
+        count = len(messages)
         while end < count:
             boundary = not grouped or _starts_turn(messages, end, fmt)
             full = end - start >= self.block_messages or size >= self.block_bytes
@@ -155,16 +176,24 @@ class BodyEncoder:
             fragments.append(_fragment(messages[end], fmt))
             size += len(fragments[-1].items)
             end += 1
-        members, is_open = messages[start:end], end == count
+        full = end - start >= self.block_messages or size >= self.block_bytes
+        members, is_open = messages[start:end], end == count and not full
+        added = members[len(base.messages):] if base else members
+        systems = (base.systems if base else ()) + tuple(m for m in added if m.role == "system")
+        if not grouped:
+            if fmt is not _CHAT:
+                fragments = [f for f, m in zip(fragments, added, strict=True) if m.role != "system"]
+            items = _joined_items(fragments)
+            if base is not None and base.data:
+                data = b"".join([base.data, b",", *items]) if items else base.data
+            else:
+                data = b"".join([b",", *items] if comma else items) if items else b""
+            return _Block(members, data, comma, systems, is_open)
         out: list[Any] = [b","] if comma else []
         lookups: tuple[str, ...] = ()
         names: tuple[str, ...] = ()
         calls: tuple[tuple[str, str], ...] = ()
-        if not grouped:
-            if fmt is not _CHAT:
-                fragments = [f for f, m in zip(fragments, members, strict=True) if m.role != "system"]
-            out += _joined_items(fragments)
-        elif fmt is not _GEMINI:
+        if fmt is not _GEMINI:
             _turns_bytes(members, fmt, True, out)
         else:
             lookups = tuple(m.tool_call_id or "" for m in members if m.role == "tool" and not m.name)
@@ -172,7 +201,6 @@ class BodyEncoder:
             calls = tuple((c.id, c.name) for m in members for c in m.tool_calls)
             _turns_bytes(members, fmt, True, out, call_names)
         data = b"".join(out) if len(out) > comma else b""
-        systems = tuple(m for m in members if m.role == "system")
         return _Block(members, data, comma, systems, is_open, calls, lookups, names)
 
 
