@@ -112,7 +112,14 @@ def summarizer_cost(results: dict[str, ReplayResult], scenarios: Sequence[str]) 
         "chars_lost": sum(results[name].chars_lost for name in scenarios),
         **_facts(results[name] for name in scenarios),
         "by_scenario": {name: results[name].stats.summarizer_cost_usd for name in scenarios},
+        # what each scenario's first summarization cost (the summarizer USD spent before the first
+        # attempt that spent any): a policy that summarizes at all pays at least this once
+        "first_summary_by_scenario": {name: _first_summary_usd(results[name]) for name in scenarios},
     }
+
+
+def _first_summary_usd(result: ReplayResult) -> float:
+    return next((r.summarizer_cost_usd for r in result.records if r.summarizer_cost_usd), 0.0)
 
 
 def _facts(results: Iterable[ReplayResult]) -> dict[str, Any]:

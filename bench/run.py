@@ -209,6 +209,14 @@ def _recovery(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
         f"{s['chars_lost']:,} chars lost, facts surviving {s['fact_survival']:.0%}) over "
         f"{len(p6['equal_outcome_scenarios'])} scenarios with equal outcomes",
     ))
+    first = sum(d["first_summary_by_scenario"].values())
+    summarizing = sum(1 for usd in d["first_summary_by_scenario"].values() if usd)
+    measures.append(Measure(
+        "P6.first_summaries", "P6 the default's first summarization in each scenario ÷ "
+        "summarize-everything's whole cost", first / s["usd"] if s["usd"] else None, "—", None,
+        f"${first:.4f} for the first summary of {summarizing} scenarios (of ${d['usd']:.4f} in all) vs "
+        f"${s['usd']:.4f}: what the default pays even if each scenario summarized only once",
+    ))
     measures.append(Measure(
         "P6.ratio_bisection", "P6 the same with bisection cap learning (cap-bisection)",
         p6["ratio_bisection"], "—", None, f"${p6['bisection']['usd_per_100_turns']:.4f} "
