@@ -168,7 +168,9 @@ class HttpxSender:
     only the messages not sent before, and posted as the chunks of a
     :class:`~ctxrecover.wire.chunks.BodyEncoder` with their ``Content-Length``:
     a request that appends to the history joins only its last block of
-    messages instead of copying the whole body. That costs about two more
+    messages instead of copying the whole body (an injected ``client`` with
+    request event hooks gets the body joined, so the hooks can read
+    ``request.content``). That costs about two more
     copies of the history in memory; with ``cache_fragments=False`` nothing is
     stored and each request encodes its messages again into one buffer (the
     same bytes).
@@ -229,8 +231,11 @@ class HttpxSender:
         chunks = self.render_chunks(request)
         size = sum(map(len, chunks))
         headers = {**_without_framing({**self._headers, **request.headers}), "content-length": str(size)}
+        # A client's request hooks may read ``request.content``, which httpx offers only for a body
+        # given as bytes: they get the body joined.
+        content = b"".join(chunks) if self._client.event_hooks["request"] else chunks
         try:
-            response = self._client.post(self.url, content=chunks, headers=headers)
+            response = self._client.post(self.url, content=content, headers=headers)
             text = response.text
         except httpx.HTTPError as exc:
             raise SendFailed(f"{type(exc).__name__}: {exc}", request_bytes=size) from exc

@@ -396,6 +396,20 @@ def test_injected_client_is_used_and_not_closed() -> None:
     client.close()
 
 
+def test_request_hooks_of_an_injected_client_can_read_the_body() -> None:
+    seen: list[bytes] = []
+    recorder = Recorder(lambda request: httpx.Response(200, json=FORMATS[0][5]))
+    client = httpx.Client(transport=httpx.MockTransport(recorder),
+                          event_hooks={"request": [lambda request: seen.append(request.content)]})
+    long_request = ChatRequest(tuple(Message.user(f"message {i} " * 3_000) for i in range(40)))
+    with HttpxSender("openai-chat", base_url=BASE_URL, model="gpt-4o", client=client) as sender:
+        assert len(sender.render_chunks(long_request)) > 1
+        response = sender.send(long_request)
+    client.close()
+    assert seen == [encode_body(render_request(long_request.messages, "openai-chat", model="gpt-4o"))]
+    assert response.request_bytes == len(seen[0])
+
+
 # -- SDK adapters -------------------------------------------------------------------------------
 
 try:
