@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
 from ctxrecover.wire.formats import _CHAT, _GEMINI, GROUPED_FORMATS, WIRE_ROLES, WireFormat, _fmt
 from ctxrecover.wire.render import _body_pieces, _joined_items, _turns_bytes
@@ -45,7 +46,7 @@ class _Block:
     comma: bool
     systems: tuple[Message, ...]
     # the history's last block when it was joined, before it was full: a later request that
-    # appends to the history joins it again with what follows, so blocks stay full
+    # appends to the history grows it with what follows, so blocks fill up
     open: bool
     # gemini: the (call id, function name) pairs its messages call, the call ids its unnamed tool
     # results look up in earlier blocks, and the names those look-ups found when it was joined
@@ -70,9 +71,14 @@ class BodyEncoder:
         block_messages: int = BLOCK_MESSAGES,
         block_bytes: int = BLOCK_BYTES,
     ) -> None:
+        if block_messages < 1 or block_bytes < 1:
+            raise ConfigError(
+                f"BodyEncoder needs block_messages >= 1 and block_bytes >= 1 "
+                f"(got {block_messages} and {block_bytes})"
+            )
         self.wire_format = _fmt(wire_format)
-        self.block_messages = max(1, block_messages)
-        self.block_bytes = max(1, block_bytes)
+        self.block_messages = block_messages
+        self.block_bytes = block_bytes
         self._blocks: list[_Block] = []
 
     def encode(

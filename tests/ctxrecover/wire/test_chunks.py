@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.wire import WireFormat, encode_body, encode_request, render_request
 from ctxrecover.wire import chunks as wire_chunks
@@ -178,3 +179,12 @@ def test_blocks_fill_up_as_a_conversation_grows_one_message_at_a_time() -> None:
         chunks = encoder.encode(history, model="m")
     assert b"".join(chunks) == _expected(history, "openai-chat", model="m")
     assert len(chunks) <= 160 // 4 + 2  # full blocks, not one block per request
+
+
+@pytest.mark.parametrize(("messages", "size"), [(0, 10), (5, 0), (-1, -1)])
+def test_block_limits_below_one_are_refused_with_both_values(messages: int, size: int) -> None:
+    with pytest.raises(ConfigError) as caught:
+        BodyEncoder("openai-chat", block_messages=messages, block_bytes=size)
+    assert str(caught.value) == (
+        f"BodyEncoder needs block_messages >= 1 and block_bytes >= 1 (got {messages} and {size})"
+    )
