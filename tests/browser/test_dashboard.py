@@ -133,6 +133,7 @@ def chromium(tmp_path: Path) -> Iterator[object]:
 def test_moving_a_slider_replays_and_redraws_the_table_and_the_figure(
     voila_url: str, chromium: object, tmp_path: Path
 ) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -142,12 +143,16 @@ def test_moving_a_slider_replays_and_redraws_the_table_and_the_figure(
     started = time.monotonic()
 
     def output() -> tuple[str, str] | None:
-        """The dashboard's output: its figure (PNG data URL) and its summary table's text."""
-        images = driver.find_elements(By.CSS_SELECTOR, ".widget-output img")
-        tables = driver.find_elements(By.CSS_SELECTOR, ".widget-output table")
-        if not images or not tables:
+        """The dashboard's output: its figure (PNG data URL) and its summary table's text; None while
+        it is missing or being redrawn (an element found a moment ago replaced by the new output)."""
+        try:
+            images = driver.find_elements(By.CSS_SELECTOR, ".widget-output img")
+            tables = driver.find_elements(By.CSS_SELECTOR, ".widget-output table")
+            if not images or not tables:
+                return None
+            return images[0].get_attribute("src") or "", tables[0].text
+        except StaleElementReferenceException:
             return None
-        return images[0].get_attribute("src") or "", tables[0].text
 
     def explain() -> str:
         page = driver.find_element(By.TAG_NAME, "body").text[-2000:]
