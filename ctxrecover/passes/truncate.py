@@ -45,6 +45,7 @@ __all__ = [
     "leading_system_count",
     "recall_suffix",
     "recall_suffix_key",
+    "recent_start",
     "render_transcript",
     "snap_to_tool_boundary",
     "truncate_head_tail",
@@ -126,6 +127,17 @@ def leading_system_count(history: Sequence[Message]) -> int:
     return count
 
 
+def recent_start(history: Sequence[Message], floor: int, keep_recent: int) -> int:
+    """Index where the last ``keep_recent`` non-system messages start, snapped to a tool block."""
+    start = len(history)
+    remaining = keep_recent
+    while remaining > 0 and start > floor:
+        start -= 1
+        if history[start].role != "system":
+            remaining -= 1
+    return snap_to_tool_boundary(history, start)
+
+
 def snap_to_tool_boundary(history: Sequence[Message], index: int) -> int:
     """Move a cut index back so the kept tail never starts inside a tool block.
 
@@ -198,14 +210,8 @@ def emergency_truncate(
     if keep_recent < 0:
         raise ValueError(f"emergency_truncate needs keep_recent >= 0, got {keep_recent}")
     floor = leading_system_count(history)
-    recent_start = len(history)
-    remaining = keep_recent
-    while remaining > 0 and recent_start > floor:
-        recent_start -= 1
-        if history[recent_start].role != "system":
-            remaining -= 1
-    recent_start = snap_to_tool_boundary(history, recent_start)
-    segment = history[floor:recent_start]
+    start = recent_start(history, floor, keep_recent)
+    segment = history[floor:start]
     aside = [m for m in segment if m.role == "system" or m.preserve_verbatim]  # usually none
     systems = [m for m in aside if m.role == "system"]
     verbatim = [m for m in aside if m.role != "system"]
@@ -223,7 +229,7 @@ def emergency_truncate(
         *systems,
         notice,
         *(_downgrade_verbatim(m) for m in verbatim),
-        *history[recent_start:],
+        *history[start:],
     ]
     return result, EmergencyReport(
         messages_dropped=len(dropped), verbatim_kept=len(verbatim), archive_key=key

@@ -30,7 +30,12 @@ from collections.abc import Sequence
 
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
-from ctxrecover.passes.truncate import VERBATIM_RESULT_HEADER, leading_system_count, snap_to_tool_boundary
+from ctxrecover.passes.truncate import (
+    VERBATIM_RESULT_HEADER,
+    leading_system_count,
+    recent_start,
+    snap_to_tool_boundary,
+)
 from ctxrecover.policy import SUMMARY_SCOPES
 from ctxrecover.sizes import total_weight, weight
 
@@ -47,17 +52,6 @@ __all__ = [
 #: frees enough that the history still reaches its target with a summary that large (one that
 #: comes out larger and leaves the history over budget is followed by a second, incremental one).
 EXPECTED_SUMMARY_SHARE = 0.25
-
-
-def recent_start(history: Sequence[Message], floor: int, keep_recent: int) -> int:
-    """Index where the last ``keep_recent`` non-system messages start, snapped to a tool block."""
-    start = len(history)
-    remaining = keep_recent
-    while remaining > 0 and start > floor:
-        start -= 1
-        if history[start].role != "system":
-            remaining -= 1
-    return snap_to_tool_boundary(history, start)
 
 
 def _summarized(msg: Message) -> bool:
