@@ -59,6 +59,17 @@ def _recalled_texts(
 
 
 @pytest.fixture
+def reachable_entries() -> Callable[[Sequence[Message], Archive], set[str]]:
+    """Every archive entry a history reaches through its markers, transitively (entries only, whole)."""
+
+    def entries(history: Sequence[Message], archive: Archive) -> set[str]:
+        texts = [m.content for m in history]
+        return set(_follow_markers(texts, archive.get)[len(texts):])
+
+    return entries
+
+
+@pytest.fixture
 def assert_nothing_lost() -> Callable[[Sequence[Message], Sequence[Message], Archive], None]:
     """Check that every original message's content is in the history or recallable from it."""
 

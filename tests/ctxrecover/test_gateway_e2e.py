@@ -14,13 +14,13 @@ import base64
 import json
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
 import pytest
 
-from ctxrecover.archive import extract_keys, recall
+from ctxrecover.archive import Archive, recall
 from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.errors import ContentBlockedError, HeaderFaultError, RecoveryError, UnrecoverableFailure
 from ctxrecover.events import Event, Notice, PreCompact, StatusEvent
@@ -417,7 +417,9 @@ def screenshot_run(turns: int = 12, shot_kb: int = 40) -> tuple[Gateway, Session
     return gateway, session, events, shots
 
 
-def test_screenshots_count_by_their_bytes_and_old_ones_are_archived_and_recoverable() -> None:
+def test_screenshots_count_by_their_bytes_and_old_ones_are_archived_and_recoverable(
+    reachable_entries: Callable[[Sequence[Message], Archive], set[str]],
+) -> None:
     gateway, session, events, shots = screenshot_run()
 
     episodes, rejected = gateway.episodes()
@@ -428,30 +430,20 @@ def test_screenshots_count_by_their_bytes_and_old_ones_are_archived_and_recovera
     assert notices(events, "images_archived")
     kept = [i.data for m in history for i in m.images]
     assert kept and kept[-1] == shots[-1]  # the newest screenshot is still seen
-    archived = reachable(session)
+    archived = reachable_entries(session.history, session.archive)
     for data in shots:
         assert data in kept or f"data:image/png;base64,{data}" in archived  # nothing lost
 
 
-def test_a_screenshot_larger_than_the_gateway_is_archived_rather_than_failing_the_turn() -> None:
+def test_a_screenshot_larger_than_the_gateway_is_archived_rather_than_failing_the_turn(
+    reachable_entries: Callable[[Sequence[Message], Archive], set[str]],
+) -> None:
     gateway, session, events, shots = screenshot_run(turns=3, shot_kb=200)
 
     assert all(ok for t, _, ok in gateway.log if t > 0)  # learned once, never refused again
     assert gateway.episodes() == (1, 1)
-    archived = reachable(session)
+    archived = reachable_entries(session.history, session.archive)
     assert all(f"data:image/png;base64,{data}" in archived for data in shots)
-
-
-def reachable(session: Session) -> set[str]:
-    """Every archive entry the history reaches through its markers, transitively."""
-    found: set[str] = set()
-    frontier = [key for m in session.history for key in extract_keys(m.content)]
-    while frontier:
-        entry = session.archive.get(frontier.pop())
-        if entry is not None and entry not in found:
-            found.add(entry)
-            frontier += extract_keys(entry)
-    return found
 
 
 # -- size-correlated resets and masked 413s ----------------------------------------------------------

@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Callable, Sequence
 
 import pytest
 
-from ctxrecover.archive import extract_keys, recall
+from ctxrecover.archive import Archive, extract_keys, recall
 from ctxrecover.errors import ContentBlockedError, HeaderFaultError
 from ctxrecover.events import PostCompact, PreCompact
 from ctxrecover.messages import Message
@@ -30,18 +31,6 @@ SQL = re.compile(r"union\s+select|'\s*or\s+'?1'?\s*=\s*'?1", re.IGNORECASE)
 @functools.cache
 def run(name: str) -> ReplayResult:
     return replay(None, name)
-
-
-def reachable(result: ReplayResult) -> set[str]:
-    """Every archive entry the final history reaches through its markers, transitively."""
-    found: set[str] = set()
-    frontier = [key for m in result.final_history for key in extract_keys(m.content)]
-    while frontier:
-        entry = result.archive.get(frontier.pop())
-        if entry is not None and entry not in found:
-            found.add(entry)
-            frontier += extract_keys(entry)
-    return found
 
 
 # -- content blocks ------------------------------------------------------------------------------------
@@ -235,12 +224,14 @@ def test_the_max_tokens_scenario_lowers_once_and_sends_every_later_turn_lowered(
     assert result.stats.compactions == 0 and result.outcome == "max_tokens_lowered"
 
 
-def test_screenshots_under_the_waf_are_archived_not_lost_and_every_accepted_request_fits() -> None:
+def test_screenshots_under_the_waf_are_archived_not_lost_and_every_accepted_request_fits(
+    reachable_entries: Callable[[Sequence[Message], Archive], set[str]],
+) -> None:
     result = run("screenshots-128k-waf")
 
     accepted = [r for r in result.records if not r.outcome.startswith("rejected")]
     assert all(r.request_bytes < 128 * KB for r in accepted)
-    archived = reachable(result)
+    archived = reachable_entries(result.final_history, result.archive)
     kept = [i.data for m in result.final_history for i in m.images]
     shots = [i.data for m in result.conversation for i in m.images]
     assert len(shots) == 8 and all(d in kept or f"data:image/png;base64,{d}" in archived for d in shots)
