@@ -146,8 +146,11 @@ def _compact_at(history: list[Message], budget: int) -> tuple[list[Message], flo
         "emergency": any(s.startswith("✂") for s in statuses),
         "shrink": any(SHRINK_MARK in m.content for m in result.history),
     }
-    return result.history, elapsed, {"level": report.level, "reached_budget": report.reached_budget,
-                                     "levels": levels}
+    return (
+        result.history,
+        elapsed,
+        {"level": report.level, "reached_budget": report.reached_budget, "levels": levels},
+    )
 
 
 def measure(size_bytes: int, messages: int, repeats: int) -> dict[str, Any]:

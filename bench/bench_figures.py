@@ -88,8 +88,10 @@ def section(result: dict[str, Any]) -> list[str]:
     return [
         "| command | median wall time | CPU time of the command's process |",
         "|---|---:|---:|",
-        *(f"| `python -m simulator {name}` | {wall[name]:.2f} s | {cpu[name]:.2f} s |"
-          for name in CONTENDERS),
+        *(
+            f"| `python -m simulator {name}` | {wall[name]:.2f} s | {cpu[name]:.2f} s |"
+            for name in CONTENDERS
+        ),
         "",
         f"Ratio `run` ÷ `run --no-figures`: **{result['ratio']:.2f}** "
         f"(target ≤ {result['target']}: {verdict}); `run --figures` ÷ `run --no-figures`: "

@@ -117,12 +117,16 @@ def run(
 
 def main() -> int:
     result = run(quick="--quick" in sys.argv[1:])
-    print(f"P7 long replay: {result['turns']} turns, {result['compactions']} compactions, "
-          f"{result['archive_entries']} archive entries, outcome {result['outcome']}, "
-          f"{result['chars_lost']} chars lost")
-    print(f"  per turn: {result['early_ms']:.2f} ms at turns {result['early_window']} vs "
-          f"{result['late_ms']:.2f} ms at turns {result['late_window']} → ratio {result['ratio']:.2f} "
-          f"(target ≤ {TARGET_RATIO}) — {'met' if result['passed'] else 'missed'}")
+    print(
+        f"P7 long replay: {result['turns']} turns, {result['compactions']} compactions, "
+        f"{result['archive_entries']} archive entries, outcome {result['outcome']}, "
+        f"{result['chars_lost']} chars lost"
+    )
+    print(
+        f"  per turn: {result['early_ms']:.2f} ms at turns {result['early_window']} vs "
+        f"{result['late_ms']:.2f} ms at turns {result['late_window']} → ratio {result['ratio']:.2f} "
+        f"(target ≤ {TARGET_RATIO}) — {'met' if result['passed'] else 'missed'}"
+    )
     return 0 if result["passed"] else 1
 
 

@@ -149,7 +149,7 @@ def level2_parts(entered: list[Message], kept: list[Message]) -> dict[str, float
 
 def level2_budget(history: list[Message]) -> int:
     """Chars of the system prompt and the last ``emergency_keep_messages``: what Level 2 keeps."""
-    return total_weight(history[:1]) + total_weight(history[-DEFAULT_POLICY.emergency_keep_messages:])
+    return total_weight(history[:1]) + total_weight(history[-DEFAULT_POLICY.emergency_keep_messages :])
 
 
 def to_langchain(history: list[Message]) -> list[Any]:
@@ -165,8 +165,9 @@ def to_langchain(history: list[Message]) -> list[Any]:
         elif msg.role == "tool":
             converted.append(ToolMessage(msg.content, tool_call_id=msg.tool_call_id or ""))
         else:
-            calls = [{"id": c.id, "name": c.name, "args": json.loads(c.arguments or "{}")}
-                     for c in msg.tool_calls]
+            calls = [
+                {"id": c.id, "name": c.name, "args": json.loads(c.arguments or "{}")} for c in msg.tool_calls
+            ]
             converted.append(AIMessage(msg.content, tool_calls=calls))
     return converted
 
@@ -180,8 +181,12 @@ def langchain_trim(budget: int) -> Callable[[list[Any]], list[Any]]:
 
     def trim(messages: list[Any]) -> list[Any]:
         return trim_messages(
-            messages, max_tokens=budget, token_counter=count_chars, strategy="last",
-            include_system=True, start_on="human",
+            messages,
+            max_tokens=budget,
+            token_counter=count_chars,
+            strategy="last",
+            include_system=True,
+            start_on="human",
         )
 
     return trim
@@ -212,8 +217,14 @@ def run(
     except ImportError:
         return {**result, "skipped": SKIPPED, "passed": None}
     converted = to_langchain(history)
-    times: dict[str, list[float]] = {"langchain": [], "level3": [], "level3_no_archive": [], "compactor": [],
-                                     "langchain_l2": [], "session_level2": []}
+    times: dict[str, list[float]] = {
+        "langchain": [],
+        "level3": [],
+        "level3_no_archive": [],
+        "compactor": [],
+        "langchain_l2": [],
+        "session_level2": [],
+    }
     trim_l2 = langchain_trim(level2_budget(history))
     kept_l2: list[Message] = []
     kept_lc_l2: list[Any] = []
@@ -239,8 +250,9 @@ def run(
         elapsed, kept_lc_l2 = _timed(lambda: trim_l2(converted))
         times["langchain_l2"].append(elapsed)
         session_archive = MemoryArchive()
-        session, entered = session_history(build_history(messages=messages, target_bytes=target_bytes),
-                                           session_archive)
+        session, entered = session_history(
+            build_history(messages=messages, target_bytes=target_bytes), session_archive
+        )
         elapsed, kept_l2 = _timed(lambda: session_level2(session, entered))  # noqa: B023
         times["session_level2"].append(elapsed)
         for part, elapsed in level2_parts(entered, kept_l2).items():
@@ -278,16 +290,28 @@ def run(
 
 def main() -> int:
     result = run()
-    print(f"P3 — {result['messages']} messages, {result['history_chars']:,} chars → target "
-          f"{result['target_chars']:,} chars")
+    print(
+        f"P3 — {result['messages']} messages, {result['history_chars']:,} chars → target "
+        f"{result['target_chars']:,} chars"
+    )
     if result.get("skipped"):
         print(f"P3 {result['skipped']}")
         return 0
     rows = [
-        ("langchain trim_messages", result["langchain_ms"], result["langchain_kept_messages"],
-         result["langchain_kept_chars"], f"lost ({result['langchain_lost_chars']:,} chars)"),
-        ("ctxrecover L3 (truncate + shrink)", result["level3_ms"], result["level3_kept_messages"],
-         result["level3_kept_chars"], f"archived ({result['level3_archived_chars']:,} chars)"),
+        (
+            "langchain trim_messages",
+            result["langchain_ms"],
+            result["langchain_kept_messages"],
+            result["langchain_kept_chars"],
+            f"lost ({result['langchain_lost_chars']:,} chars)",
+        ),
+        (
+            "ctxrecover L3 (truncate + shrink)",
+            result["level3_ms"],
+            result["level3_kept_messages"],
+            result["level3_kept_chars"],
+            f"archived ({result['level3_archived_chars']:,} chars)",
+        ),
     ]
     print(f"{'contender':<36}{'ms':>9}{'kept msgs':>11}{'kept chars':>12}  what it dropped")
     for name, ms, count, chars, dropped in rows:

@@ -58,18 +58,26 @@ TARGET_RATIO = 0.8
 
 # -- the processes ------------------------------------------------------------------------------
 
+
 async def _upstream_server(delay: float) -> None:
     """A minimal keep-alive HTTP server: reads each request, waits ``delay``, answers a fixed JSON."""
     body = json.dumps({"id": "x", "choices": [{"message": {"content": "y" * (ANSWER_BYTES - 60)}}]}).encode()
-    answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
-              + body)
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+    )
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 await reader.readexactly(length)
                 await asyncio.sleep(delay)
                 writer.write(answer)
@@ -88,8 +96,14 @@ async def _upstream_server(delay: float) -> None:
 def _process(argv: list[str], ready: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """A child process, with the first stdout line containing ``ready``."""
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    process = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               text=True, env=env, cwd=REPO)
+    process = subprocess.Popen(
+        [sys.executable, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     output = process.stdout
     assert output is not None
     drain = threading.Thread(target=lambda: [None for _ in output], daemon=True)
@@ -129,9 +143,12 @@ def proxy(*argv: str) -> Iterator[tuple[int, int]]:
 
 # -- the load ----------------------------------------------------------------------------------
 
+
 def _request(body: bytes, path: str = "/v1/chat/completions") -> bytes:
-    head = (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n")
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
     return head.encode() + body
 
 
@@ -142,8 +159,9 @@ def chat_body(size: int) -> bytes:
     return json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": content}]}).encode()
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    request: bytes) -> tuple[int, bool]:
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> tuple[int, bool]:
     """One request on a keep-alive connection: (status, whether the server closes the connection)."""
     writer.write(request)
     await writer.drain()
@@ -154,8 +172,15 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     return int(head.split(b" ", 2)[1]), b"connection: close" in lines
 
 
-async def _load(port: int, clients: int, *, seconds: float | None = None, requests: int | None = None,
-                request: bytes, checkpoint: Any = None) -> dict[str, Any]:
+async def _load(
+    port: int,
+    clients: int,
+    *,
+    seconds: float | None = None,
+    requests: int | None = None,
+    request: bytes,
+    checkpoint: Any = None,
+) -> dict[str, Any]:
     """``clients`` keep-alive connections sending ``request`` for ``seconds`` or ``requests`` in all.
 
     A connection the server closes (after a 503, say) is opened again; a dropped one counts as ``dropped``.
@@ -170,7 +195,7 @@ async def _load(port: int, clients: int, *, seconds: float | None = None, reques
         try:
             while time.monotonic() < end and (requests is None or len(done) < requests):
                 if writer is None:
-                    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2 ** 20)
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**20)
                 started = time.monotonic()
                 try:
                     status, close = await _exchange(reader, writer, request)
@@ -191,12 +216,18 @@ async def _load(port: int, clients: int, *, seconds: float | None = None, reques
     started = time.monotonic()
     await asyncio.gather(*(client() for _ in range(clients)))
     elapsed = time.monotonic() - started
-    return {"requests": len(done), "seconds": elapsed, "rps": len(done) / elapsed, "statuses": statuses,
-            "p50_ms": statistics.median(latencies) * 1000 if latencies else None}
+    return {
+        "requests": len(done),
+        "seconds": elapsed,
+        "rps": len(done) / elapsed,
+        "statuses": statuses,
+        "p50_ms": statistics.median(latencies) * 1000 if latencies else None,
+    }
 
 
-def measure_throughput(clients: int, *, delay: float = UPSTREAM_DELAYS_S[0], seconds: float = SECONDS,
-                       rounds: int = ROUNDS) -> dict[str, Any]:
+def measure_throughput(
+    clients: int, *, delay: float = UPSTREAM_DELAYS_S[0], seconds: float = SECONDS, rounds: int = ROUNDS
+) -> dict[str, Any]:
     """Requests per second direct and through the proxy, alternately; the best round of each.
 
     Also the proxy's CPU time per request over its rounds (user + system, from psutil).
@@ -217,32 +248,46 @@ def measure_throughput(clients: int, *, delay: float = UPSTREAM_DELAYS_S[0], sec
                     after = process.cpu_times()
                     cpu_s += after.user + after.system - before.user - before.system
                     served += result["requests"]
-    return {"clients": clients, "upstream_delay_s": delay, "direct_rps": round(best["direct"], 1),
-            "proxied_rps": round(best["proxied"], 1), "ratio": round(best["proxied"] / best["direct"], 3),
-            "proxy_cpu_ms_per_request": round(cpu_s / max(served, 1) * 1000, 3)}
+    return {
+        "clients": clients,
+        "upstream_delay_s": delay,
+        "direct_rps": round(best["direct"], 1),
+        "proxied_rps": round(best["proxied"], 1),
+        "ratio": round(best["proxied"] / best["direct"], 3),
+        "proxy_cpu_ms_per_request": round(cpu_s / max(served, 1) * 1000, 3),
+    }
 
 
-def measure_memory(*, requests: int = MEMORY_REQUESTS, checkpoints: tuple[int, ...] = MEMORY_CHECKPOINTS,
-                   body_bytes: int = MEMORY_BODY_BYTES) -> dict[str, Any]:
+def measure_memory(
+    *,
+    requests: int = MEMORY_REQUESTS,
+    checkpoints: tuple[int, ...] = MEMORY_CHECKPOINTS,
+    body_bytes: int = MEMORY_BODY_BYTES,
+) -> dict[str, Any]:
     """The proxy's RSS (MB) as it answers ``requests`` mock requests of ``body_bytes``."""
     import psutil
 
     rss: dict[int, float] = {}
     with proxy("--upstream", "mock:openai") as (port, pid):
         process = psutil.Process(pid)
-        rss[0] = process.memory_info().rss / 2 ** 20
+        rss[0] = process.memory_info().rss / 2**20
         pending = list(checkpoints)
 
         def checkpoint(count: int) -> None:
             if pending and count >= pending[0]:
-                rss[pending.pop(0)] = process.memory_info().rss / 2 ** 20
+                rss[pending.pop(0)] = process.memory_info().rss / 2**20
 
         request = _request(chat_body(body_bytes))
-        result = asyncio.run(_load(port, MEMORY_CLIENTS, requests=requests, request=request,
-                                   checkpoint=checkpoint))
-    return {"requests": result["requests"], "body_bytes": body_bytes, "statuses": result["statuses"],
-            "rss_mb": {str(k): round(v, 1) for k, v in sorted(rss.items())},
-            "growth_after_first_checkpoint_mb": round(rss[checkpoints[-1]] - rss[checkpoints[0]], 1)}
+        result = asyncio.run(
+            _load(port, MEMORY_CLIENTS, requests=requests, request=request, checkpoint=checkpoint)
+        )
+    return {
+        "requests": result["requests"],
+        "body_bytes": body_bytes,
+        "statuses": result["statuses"],
+        "rss_mb": {str(k): round(v, 1) for k, v in sorted(rss.items())},
+        "growth_after_first_checkpoint_mb": round(rss[checkpoints[-1]] - rss[checkpoints[0]], 1),
+    }
 
 
 async def _slow_client(port: int, in_body: bool, trickle_s: float, limit_s: float) -> float | None:
@@ -277,40 +322,59 @@ async def _slow_client(port: int, in_body: bool, trickle_s: float, limit_s: floa
     return None
 
 
-def measure_slow_clients(*, seconds: float = SLOW_SECONDS, slow: int = SLOW_CLIENTS,
-                         extra: tuple[str, ...] = ()) -> dict[str, Any]:
+def measure_slow_clients(
+    *, seconds: float = SLOW_SECONDS, slow: int = SLOW_CLIENTS, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Normal clients' answers while ``slow`` clients trickle their heads and bodies."""
     request = _request(chat_body(REQUEST_BYTES))
     with upstream() as up, proxy("--upstream", f"http://127.0.0.1:{up}", *extra) as (port, _):
+
         async def scene() -> tuple[dict[str, Any], list[float | None]]:
-            trickles = [asyncio.create_task(_slow_client(port, i % 2 == 1, TRICKLE_S, seconds))
-                        for i in range(slow)]
+            trickles = [
+                asyncio.create_task(_slow_client(port, i % 2 == 1, TRICKLE_S, seconds)) for i in range(slow)
+            ]
             await asyncio.sleep(SLOW_HEAD_START_S)  # the slow clients hold their connections first
             normal = await _load(port, NORMAL_CLIENTS, seconds=seconds, request=request)
             return normal, await asyncio.gather(*trickles)
 
         normal, cut_after = asyncio.run(scene())
     cut = [t for t in cut_after if t is not None]
-    return {"options": " ".join(extra) or "defaults", "slow_clients": slow,
-            "normal_requests": normal["requests"], "normal_statuses": normal["statuses"],
-            "normal_p50_ms": normal["p50_ms"],
-            "slow_cut": len(cut), "slow_cut_median_s": round(statistics.median(cut), 1) if cut else None,
-            "slow_cut_max_s": round(max(cut), 1) if cut else None}
+    return {
+        "options": " ".join(extra) or "defaults",
+        "slow_clients": slow,
+        "normal_requests": normal["requests"],
+        "normal_statuses": normal["statuses"],
+        "normal_p50_ms": normal["p50_ms"],
+        "slow_cut": len(cut),
+        "slow_cut_median_s": round(statistics.median(cut), 1) if cut else None,
+        "slow_cut_max_s": round(max(cut), 1) if cut else None,
+    }
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
     """Every P9 measure (``quick``: shorter, smaller)."""
     seconds, rounds = (2.0, 1) if quick else (SECONDS, ROUNDS)
-    throughput = [measure_throughput(n, delay=delay, seconds=seconds, rounds=rounds)
-                  for delay in UPSTREAM_DELAYS_S for n in CLIENT_COUNTS]
-    memory = (measure_memory(requests=1000, checkpoints=(250, 500, 1000)) if quick else measure_memory())
+    throughput = [
+        measure_throughput(n, delay=delay, seconds=seconds, rounds=rounds)
+        for delay in UPSTREAM_DELAYS_S
+        for n in CLIENT_COUNTS
+    ]
+    memory = measure_memory(requests=1000, checkpoints=(250, 500, 1000)) if quick else measure_memory()
     slow_seconds = 12.0 if quick else SLOW_SECONDS
-    slow = [measure_slow_clients(seconds=slow_seconds),
-            measure_slow_clients(seconds=slow_seconds, extra=("--max-connections", str(SLOW_CLIENTS)))]
+    slow = [
+        measure_slow_clients(seconds=slow_seconds),
+        measure_slow_clients(seconds=slow_seconds, extra=("--max-connections", str(SLOW_CLIENTS))),
+    ]
     ratio = throughput[0]["ratio"]
-    return {"benchmark": "P9 ctxsim proxy throughput, memory and slow clients", "throughput": throughput,
-            "memory": memory, "slow_clients": slow, "target": TARGET_RATIO, "passed": ratio >= TARGET_RATIO,
-            "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg()}}
+    return {
+        "benchmark": "P9 ctxsim proxy throughput, memory and slow clients",
+        "throughput": throughput,
+        "memory": memory,
+        "slow_clients": slow,
+        "target": TARGET_RATIO,
+        "passed": ratio >= TARGET_RATIO,
+        "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -324,18 +388,26 @@ def main(argv: list[str] | None = None) -> int:
     result = run(quick=args.quick)
     print(f"P9 — ctxsim proxy vs direct, local upstream ({REQUEST_BYTES // 1024} KB requests)")
     for t in result["throughput"]:
-        print(f"  think {t['upstream_delay_s'] * 1000:>4g} ms, {t['clients']:>4} clients: direct "
-              f"{t['direct_rps']:>7.1f} req/s, proxied {t['proxied_rps']:>7.1f} req/s, "
-              f"ratio {t['ratio']:.2f}; proxy CPU {t['proxy_cpu_ms_per_request']:.2f} ms/request")
+        print(
+            f"  think {t['upstream_delay_s'] * 1000:>4g} ms, {t['clients']:>4} clients: direct "
+            f"{t['direct_rps']:>7.1f} req/s, proxied {t['proxied_rps']:>7.1f} req/s, "
+            f"ratio {t['ratio']:.2f}; proxy CPU {t['proxy_cpu_ms_per_request']:.2f} ms/request"
+        )
     m = result["memory"]
-    print(f"  memory: {m['requests']:,} mock requests of {m['body_bytes'] // 1024} KB, RSS MB {m['rss_mb']}, "
-          f"growth {m['growth_after_first_checkpoint_mb']} MB; statuses {m['statuses']}")
+    print(
+        f"  memory: {m['requests']:,} mock requests of {m['body_bytes'] // 1024} KB, RSS MB {m['rss_mb']}, "
+        f"growth {m['growth_after_first_checkpoint_mb']} MB; statuses {m['statuses']}"
+    )
     for s in result["slow_clients"]:
-        print(f"  {s['slow_clients']} slow clients ({s['options']}): normal clients got "
-              f"{s['normal_statuses']} in {s['normal_requests']} requests (p50 {s['normal_p50_ms']:.0f} ms); "
-              f"{s['slow_cut']} slow cut (median {s['slow_cut_median_s']} s, max {s['slow_cut_max_s']} s)")
-    print(f"ratio at {CLIENT_COUNTS[0]} clients {result['throughput'][0]['ratio']:.2f} "
-          f"(target ≥ {TARGET_RATIO}) — {'PASS' if result['passed'] else 'FAIL'}")
+        print(
+            f"  {s['slow_clients']} slow clients ({s['options']}): normal clients got "
+            f"{s['normal_statuses']} in {s['normal_requests']} requests (p50 {s['normal_p50_ms']:.0f} ms); "
+            f"{s['slow_cut']} slow cut (median {s['slow_cut_median_s']} s, max {s['slow_cut_max_s']} s)"
+        )
+    print(
+        f"ratio at {CLIENT_COUNTS[0]} clients {result['throughput'][0]['ratio']:.2f} "
+        f"(target ≥ {TARGET_RATIO}) — {'PASS' if result['passed'] else 'FAIL'}"
+    )
     print(json.dumps(result))
     return 0 if result["passed"] else 1
 

@@ -64,8 +64,9 @@ def episode_rows(results: dict[str, ReplayResult]) -> list[dict[str, Any]]:
     for name, result in results.items():
         frame = episodes(result.frame)
         for kind, rejected, recovered in frame[EPISODE_COLUMNS].itertuples(index=False):
-            rows.append({"scenario": name, "kind": str(kind), "rejected": int(rejected),
-                         "recovered": bool(recovered)})
+            rows.append(
+                {"scenario": name, "kind": str(kind), "rejected": int(rejected), "recovered": bool(recovered)}
+            )
     return rows
 
 
@@ -93,8 +94,10 @@ def efficiency(results: dict[str, ReplayResult]) -> dict[str, Any]:
         "recovered_episodes": sum(r["recovered"] for r in rows),
         "plain_retries": plain,
         "rejected_per_episode_after_plain_retry": (rejected - plain) / len(rows) if rows else None,
-        "by_kind": {kind: {"episodes": len(v), "rejected_per_episode": statistics.fmean(v)}
-                    for kind, v in sorted(by_kind.items())},
+        "by_kind": {
+            kind: {"episodes": len(v), "rejected_per_episode": statistics.fmean(v)}
+            for kind, v in sorted(by_kind.items())
+        },
         "over_one": [r for r in rows if r["rejected"] > 1],
         "rows": rows,
     }
@@ -151,7 +154,9 @@ def run(*, scenarios: Sequence[str] | None = None) -> dict[str, Any]:
 
     ratio = ratio_to_peer(p6_default)
     scopes = {
-        scope: p6_default if scope == DEFAULT_POLICY.summary_scope else summarizer_cost(
+        scope: p6_default
+        if scope == DEFAULT_POLICY.summary_scope
+        else summarizer_cost(
             replay_matrix(equal, None, base=DEFAULT_POLICY.replace(summary_scope=scope)), equal
         )
         for scope in SUMMARY_SCOPES
@@ -188,8 +193,10 @@ def main() -> int:
     print(f"{'cap learning':<16}{'episodes':>9}{'rejected/ep':>13}{'recovered':>11}{'w/o plain retry':>17}")
     for key, label in (("three_quarters", "¾ rule"), ("bisection", "bisection")):
         m = p5[key]
-        print(f"{label:<16}{m['episodes']:>9}{m['rejected_per_episode']:>13.2f}{m['recovered_episodes']:>11}"
-              f"{m['rejected_per_episode_after_plain_retry']:>17.2f}")
+        print(
+            f"{label:<16}{m['episodes']:>9}{m['rejected_per_episode']:>13.2f}{m['recovered_episodes']:>11}"
+            f"{m['rejected_per_episode_after_plain_retry']:>17.2f}"
+        )
         for kind, k in m["by_kind"].items():
             print(f"  {kind:<22}{k['episodes']:>4} episodes {k['rejected_per_episode']:.2f}")
         for row in m["over_one"]:
@@ -199,22 +206,34 @@ def main() -> int:
     print(f"\nP6 — summarizer USD per {TURNS_PER_UNIT} turns on {equal} scenarios with equal outcomes")
     print(f"{'scenario':<28}{'default $':>11}{'bisection $':>13}{'summ.-all $':>13}")
     for name in p6["equal_outcome_scenarios"]:
-        print(f"{name:<28}" + "".join(f"{p6[key]['by_scenario'][name]:>{width}.5f}" for key, width in
-                                      (("default", 11), ("bisection", 13), ("summarize_everything", 13))))
+        print(
+            f"{name:<28}"
+            + "".join(
+                f"{p6[key]['by_scenario'][name]:>{width}.5f}"
+                for key, width in (("default", 11), ("bisection", 13), ("summarize_everything", 13))
+            )
+        )
     for key in ("default", "bisection", "summarize_everything"):
         m = p6[key]
-        print(f"{key:<22} {m['calls']:>3} calls, {m['turns']} turns, ${m['usd_per_100_turns']:.5f} per "
-              f"{TURNS_PER_UNIT} turns, {m['chars_lost']:,} chars lost, facts {m['fact_survival']:.3f} "
-              f"survive / {m['facts_in_context']:.3f} in context (of {m['facts']})")
+        print(
+            f"{key:<22} {m['calls']:>3} calls, {m['turns']} turns, ${m['usd_per_100_turns']:.5f} per "
+            f"{TURNS_PER_UNIT} turns, {m['chars_lost']:,} chars lost, facts {m['fact_survival']:.3f} "
+            f"survive / {m['facts_in_context']:.3f} in context (of {m['facts']})"
+        )
     print(f"\nsummary_scope side by side (default: {p6['summary_scope']})")
-    print(f"{'scope':<14}{'calls':>6}{'$/100 turns':>13}{'ratio':>7}{'facts':>7}{'in context':>12}"
-          f"{'lost':>6}")
+    print(
+        f"{'scope':<14}{'calls':>6}{'$/100 turns':>13}{'ratio':>7}{'facts':>7}{'in context':>12}{'lost':>6}"
+    )
     for scope, m in p6["by_summary_scope"].items():
-        print(f"{scope:<14}{m['calls']:>6}{m['usd_per_100_turns']:>13.5f}{m['ratio'] or float('nan'):>7.3f}"
-              f"{m['fact_survival']:>7.3f}{m['facts_in_context']:>12.3f}{m['chars_lost']:>6}")
+        print(
+            f"{scope:<14}{m['calls']:>6}{m['usd_per_100_turns']:>13.5f}{m['ratio'] or float('nan'):>7.3f}"
+            f"{m['fact_survival']:>7.3f}{m['facts_in_context']:>12.3f}{m['chars_lost']:>6}"
+        )
     ratio = "n/a" if p6["ratio"] is None else f"{p6['ratio']:.2f}"
-    print(f"ratio {ratio} (target ≤ {p6['target']}) — {'PASS' if p6['passed'] else 'FAIL'}; "
-          f"with bisection cap learning {p6['ratio_bisection'] or float('nan'):.2f}")
+    print(
+        f"ratio {ratio} (target ≤ {p6['target']}) — {'PASS' if p6['passed'] else 'FAIL'}; "
+        f"with bisection cap learning {p6['ratio_bisection'] or float('nan'):.2f}"
+    )
     return 0 if p5["passed"] and p6["passed"] else 1
 
 

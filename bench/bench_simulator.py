@@ -90,13 +90,19 @@ class InMemorySender:
     def send(self, request: ChatRequest) -> ChatResponse:
         assert self.reply is not None, "set .reply before each turn"
         if self.render:  # exactly HttpxSender.render
-            body = render_request(request.messages, self.wire_format, model=self.model,
-                                  max_tokens=request.max_tokens, tools=request.tools,
-                                  extra=request.extra or None)
+            body = render_request(
+                request.messages,
+                self.wire_format,
+                model=self.model,
+                max_tokens=request.max_tokens,
+                tools=request.tools,
+                extra=request.extra or None,
+            )
             size = len(encode_body(body))
         else:
-            size = request_size(request.messages, self.wire_format, model=self.model,
-                                max_tokens=request.max_tokens)
+            size = request_size(
+                request.messages, self.wire_format, model=self.model, max_tokens=request.max_tokens
+            )
         reply = self.reply
         output = len(reply.content) + sum(len(c.name) + len(c.arguments) for c in reply.tool_calls)
         usage = Usage(
@@ -111,9 +117,13 @@ def library_run(transcript: Transcript, scenario: Scenario, *, render: bool = Fa
     turns, trailing = split_turns(shape_transcript(transcript, scenario).messages)
     sender = InMemorySender(scenario.provider.model, render=render)
     session = Session(
-        sender, policy=scenario.apply_policy(), archive=MemoryArchive(),
-        summarizer=make_summarizer(SUMMARIZER), model=scenario.provider.model,
-        max_tokens=scenario.workload.max_tokens, sleep=lambda _s: None,
+        sender,
+        policy=scenario.apply_policy(),
+        archive=MemoryArchive(),
+        summarizer=make_summarizer(SUMMARIZER),
+        model=scenario.provider.model,
+        max_tokens=scenario.workload.max_tokens,
+        sleep=lambda _s: None,
     )
     for turn in turns:
         session.extend(turn.inputs)
@@ -147,8 +157,11 @@ def measure_replay(names: Sequence[str], repeats: int) -> dict[str, Any]:
             for transport in ("inprocess", "loopback"):
                 elapsed, result = _timed(lambda: replay(transcript, scenario, transport=transport))  # noqa: B023
                 samples[transport].append(elapsed)
-                same_work &= (result.outcome == "ok" and result.stats.requests == stats.requests
-                              and result.stats.compactions == stats.compactions)
+                same_work &= (
+                    result.outcome == "ok"
+                    and result.stats.requests == stats.requests
+                    and result.stats.compactions == stats.compactions
+                )
         per_transcript[name] = {
             "turns": stats.turns,
             "requests": stats.requests,
@@ -188,10 +201,16 @@ def measure_sweep(
         for count in (1, workers):
             load[count] = max(load[count], os.getloadavg()[0])
             with tempfile.TemporaryDirectory(prefix="ctxrecover-bench-sweep-") as cache:
-                elapsed, frame = _timed(lambda: sweep(  # noqa: B023
-                    scenarios=list(scenarios), policies=list(policies), seeds=list(seeds),
-                    workers=count, cache_dir=cache, progress=False,  # noqa: B023
-                ))
+                elapsed, frame = _timed(
+                    lambda: sweep(  # noqa: B023
+                        scenarios=list(scenarios),
+                        policies=list(policies),
+                        seeds=list(seeds),
+                        workers=count,  # noqa: B023
+                        cache_dir=cache,  # noqa: B023
+                        progress=False,
+                    )
+                )
             times[count].append(elapsed)
             runs = len(frame)
     best = {count: min(samples) for count, samples in times.items()}
@@ -207,13 +226,21 @@ def measure_sweep(
     }
 
 
-def run(*, quick: bool = False, transcripts: Sequence[str] | None = None,
-        repeats: int | None = None, scenarios: Sequence[str] | None = None) -> dict[str, Any]:
+def run(
+    *,
+    quick: bool = False,
+    transcripts: Sequence[str] | None = None,
+    repeats: int | None = None,
+    scenarios: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """Measure replay overhead, loopback cost and sweep speed-up; ``quick`` runs a smaller set."""
     names = transcripts or (QUICK_TRANSCRIPTS if quick else TRANSCRIPTS)
     replays = measure_replay(names, repeats or (1 if quick else REPEATS))
-    sweeps = measure_sweep(scenarios or list_scenarios(), seeds=QUICK_SWEEP_SEEDS if quick else SWEEP_SEEDS,
-                           repeats=1 if quick else SWEEP_REPEATS)
+    sweeps = measure_sweep(
+        scenarios or list_scenarios(),
+        seeds=QUICK_SWEEP_SEEDS if quick else SWEEP_SEEDS,
+        repeats=1 if quick else SWEEP_REPEATS,
+    )
     passed = {
         "replay_overhead": replays["replay_overhead"] <= TARGET_REPLAY_OVERHEAD,
         "loopback_vs_inprocess": replays["loopback_vs_inprocess"] <= TARGET_LOOPBACK,
@@ -223,8 +250,11 @@ def run(*, quick: bool = False, transcripts: Sequence[str] | None = None,
         "benchmark": "P4 simulator overhead",
         "replay": replays,
         "sweep": sweeps,
-        "targets": {"replay_overhead": TARGET_REPLAY_OVERHEAD, "loopback_vs_inprocess": TARGET_LOOPBACK,
-                    "sweep_speedup": TARGET_SWEEP_SPEEDUP},
+        "targets": {
+            "replay_overhead": TARGET_REPLAY_OVERHEAD,
+            "loopback_vs_inprocess": TARGET_LOOPBACK,
+            "sweep_speedup": TARGET_SWEEP_SPEEDUP,
+        },
         "passed": passed,
     }
 
@@ -232,13 +262,19 @@ def run(*, quick: bool = False, transcripts: Sequence[str] | None = None,
 def main() -> int:
     result = run()
     replays, sweeps = result["replay"], result["sweep"]
-    print(f"{'transcript':<26}{'turns':>6}{'library ms':>12}{'+render ms':>12}{'in-process ms':>15}"
-          f"{'loopback ms':>13}  same work")
+    print(
+        f"{'transcript':<26}{'turns':>6}{'library ms':>12}{'+render ms':>12}{'in-process ms':>15}"
+        f"{'loopback ms':>13}  same work"
+    )
     for name, t in replays["transcripts"].items():
-        print(f"{name:<26}{t['turns']:>6}{t['library_ms']:>12.1f}{t['library_render_ms']:>12.1f}"
-              f"{t['inprocess_ms']:>15.1f}{t['loopback_ms']:>13.1f}  {t['same_work']}")
-    print(f"sweep of {sweeps['runs']} runs: 1 worker {sweeps['one_worker_s']:.2f} s, "
-          f"{sweeps['workers']} workers {sweeps['n_workers_s']:.2f} s ({sweeps['cpus']} CPUs)")
+        print(
+            f"{name:<26}{t['turns']:>6}{t['library_ms']:>12.1f}{t['library_render_ms']:>12.1f}"
+            f"{t['inprocess_ms']:>15.1f}{t['loopback_ms']:>13.1f}  {t['same_work']}"
+        )
+    print(
+        f"sweep of {sweeps['runs']} runs: 1 worker {sweeps['one_worker_s']:.2f} s, "
+        f"{sweeps['workers']} workers {sweeps['n_workers_s']:.2f} s ({sweeps['cpus']} CPUs)"
+    )
     rows = (
         ("replay overhead (in-process ÷ library)", replays["replay_overhead"], "≤", "replay_overhead"),
         ("loopback ÷ in-process", replays["loopback_vs_inprocess"], "≤", "loopback_vs_inprocess"),

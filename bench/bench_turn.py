@@ -49,9 +49,17 @@ WINDOW_TOKENS = 50_000_000  # far above the history: no turn compacts
 TOOL_RESULT_CHARS = 2_800  # under microcompact_min_content: the default passes keep the 5 MB in the body
 TURN_OVERHEAD_CHARS = 300 + 200 + TOOL_RESULT_CHARS  # a turn's chars besides its final answer
 REPLY = {
-    "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": MODEL,
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Done: the file is fixed."},
-                 "finish_reason": "stop"}],
+    "id": "chatcmpl-bench",
+    "object": "chat.completion",
+    "created": 0,
+    "model": MODEL,
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Done: the file is fixed."},
+            "finish_reason": "stop",
+        }
+    ],
     "usage": {"prompt_tokens": 1_000, "completion_tokens": 8, "total_tokens": 1_008},
 }
 
@@ -67,12 +75,19 @@ def _agent_turn(rng: random.Random, index: int, answer_chars: int) -> list[Messa
     ]
 
 
-def build_history(*, seed: int = SEED, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES
-                  ) -> list[Message]:
+def build_history(
+    *, seed: int = SEED, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES
+) -> list[Message]:
     """A seeded agent history of ``messages`` messages weighing about ``target_bytes`` that the
     default turn-boundary passes do not shrink (tool results under the microcompact minimum)."""
-    return _histories.build_history(_agent_turn, system=SYSTEM_PROMPT, seed=seed, messages=messages,
-                                    target_bytes=target_bytes, turn_overhead=TURN_OVERHEAD_CHARS)
+    return _histories.build_history(
+        _agent_turn,
+        system=SYSTEM_PROMPT,
+        seed=seed,
+        messages=messages,
+        target_bytes=target_bytes,
+        turn_overhead=TURN_OVERHEAD_CHARS,
+    )
 
 
 class InstantProvider(httpx.BaseTransport):
@@ -124,8 +139,9 @@ class TimedSender(HttpxSender):
 def make_session(history: list[Message]) -> tuple[Session, TimedSender, InstantProvider]:
     """A Session holding ``history`` behind an HttpxSender with an instant in-memory provider."""
     provider = InstantProvider()
-    sender = TimedSender(WireFormat.OPENAI_CHAT, base_url="http://bench.invalid", model=MODEL,
-                         transport=provider)
+    sender = TimedSender(
+        WireFormat.OPENAI_CHAT, base_url="http://bench.invalid", model=MODEL, transport=provider
+    )
     policy = DEFAULT_POLICY.replace(context_window=WINDOW_TOKENS)
     return Session(sender, policy=policy, history=history, model=MODEL), sender, provider
 
@@ -135,8 +151,13 @@ def _turn(session: Session, index: int) -> None:
     session.complete()
 
 
-def run(*, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES, turns: int = TURNS,
-        dumps_repeats: int = DUMPS_REPEATS) -> dict[str, Any]:
+def run(
+    *,
+    messages: int = MESSAGES,
+    target_bytes: int = TARGET_BYTES,
+    turns: int = TURNS,
+    dumps_repeats: int = DUMPS_REPEATS,
+) -> dict[str, Any]:
     """Time steady-state turns and one ``json.dumps`` of the request body; their ratio."""
     history = build_history(seed=SEED, messages=messages, target_bytes=target_bytes)
     session, sender, provider = make_session(history)
@@ -224,10 +245,14 @@ def _alternated_turns(url: str, *, turns: int, messages: int, target_bytes: int)
     """Turn times of two sessions on the same history, chunked and joined bodies, alternated."""
     policy = DEFAULT_POLICY.replace(context_window=WINDOW_TOKENS)
     history = build_history(messages=messages, target_bytes=target_bytes)
-    senders = {"chunks": HttpxSender(WireFormat.OPENAI_CHAT, base_url=url, model=MODEL),
-               "joined": JoinedBodySender(WireFormat.OPENAI_CHAT, base_url=url, model=MODEL)}
-    sessions = {name: Session(sender, policy=policy, history=list(history), model=MODEL)
-                for name, sender in senders.items()}
+    senders = {
+        "chunks": HttpxSender(WireFormat.OPENAI_CHAT, base_url=url, model=MODEL),
+        "joined": JoinedBodySender(WireFormat.OPENAI_CHAT, base_url=url, model=MODEL),
+    }
+    sessions = {
+        name: Session(sender, policy=policy, history=list(history), model=MODEL)
+        for name, sender in senders.items()
+    }
     samples: dict[str, list[float]] = {name: [] for name in sessions}
     for index in range(WARMUP_TURNS + turns):
         for name, session in sessions.items():
@@ -240,39 +265,57 @@ def _alternated_turns(url: str, *, turns: int, messages: int, target_bytes: int)
     return samples
 
 
-def run_loopback(*, turns: int = TURNS, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES
-                 ) -> dict[str, Any]:
+def run_loopback(
+    *, turns: int = TURNS, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES
+) -> dict[str, Any]:
     """The same steady-state turns over real loopback TCP, chunked body vs one joined buffer, alternated.
 
     The server runs in its own process and only reads what it is sent, so the
     figures are the client's: rendering, httpx/httpcore writing the body into the
     socket, reading the reply.
     """
-    with subprocess.Popen([sys.executable, "-c", _LOOPBACK_SERVER, json.dumps(REPLY)],
-                          stdout=subprocess.PIPE, text=True) as server:
+    with subprocess.Popen(
+        [sys.executable, "-c", _LOOPBACK_SERVER, json.dumps(REPLY)], stdout=subprocess.PIPE, text=True
+    ) as server:
         try:
             assert server.stdout is not None
-            samples = _alternated_turns(f"http://127.0.0.1:{int(server.stdout.readline())}", turns=turns,
-                                        messages=messages, target_bytes=target_bytes)
+            samples = _alternated_turns(
+                f"http://127.0.0.1:{int(server.stdout.readline())}",
+                turns=turns,
+                messages=messages,
+                target_bytes=target_bytes,
+            )
         finally:
             server.kill()
     chunks_ms, joined_ms = (statistics.median(samples[name]) * 1e3 for name in ("chunks", "joined"))
-    return {"chunks_ms": chunks_ms, "joined_ms": joined_ms, "ratio": chunks_ms / joined_ms,
-            "turns_timed": turns}
+    return {
+        "chunks_ms": chunks_ms,
+        "joined_ms": joined_ms,
+        "ratio": chunks_ms / joined_ms,
+        "turns_timed": turns,
+    }
 
 
 def main() -> int:
     r = run()
-    print(f"P1 — {r['messages']} messages, {r['body_bytes'] / 1e6:.1f} MB body, {r['turns_timed']} turns, "
-          f"{r['compactions']} compactions")
-    print(f"turn (add + complete) {r['turn_ms']:.2f} ms (p90 {r['turn_ms_p90']:.2f}) vs json.dumps "
-          f"{r['dumps_ms']:.2f} ms: ratio {r['ratio']:.4f} (target ≤ {TARGET_RATIO}) — "
-          f"{'PASS' if r['passed'] else 'FAIL'}")
-    print(f"per turn: body assembly {r['render_ms']:.2f} ms, httpx post + reply {r['post_ms']:.2f} ms, "
-          f"session passes {r['session_ms']:.2f} ms")
+    print(
+        f"P1 — {r['messages']} messages, {r['body_bytes'] / 1e6:.1f} MB body, {r['turns_timed']} turns, "
+        f"{r['compactions']} compactions"
+    )
+    print(
+        f"turn (add + complete) {r['turn_ms']:.2f} ms (p90 {r['turn_ms_p90']:.2f}) vs json.dumps "
+        f"{r['dumps_ms']:.2f} ms: ratio {r['ratio']:.4f} (target ≤ {TARGET_RATIO}) — "
+        f"{'PASS' if r['passed'] else 'FAIL'}"
+    )
+    print(
+        f"per turn: body assembly {r['render_ms']:.2f} ms, httpx post + reply {r['post_ms']:.2f} ms, "
+        f"session passes {r['session_ms']:.2f} ms"
+    )
     loop = run_loopback()
-    print(f"over loopback TCP: turn {loop['chunks_ms']:.2f} ms posting chunks vs {loop['joined_ms']:.2f} ms "
-          f"posting one joined buffer: ratio {loop['ratio']:.2f}")
+    print(
+        f"over loopback TCP: turn {loop['chunks_ms']:.2f} ms posting chunks vs {loop['joined_ms']:.2f} ms "
+        f"posting one joined buffer: ratio {loop['ratio']:.2f}"
+    )
     return 0 if r["passed"] else 1
 
 

@@ -86,23 +86,47 @@ def _p1(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     sizing = bench_sizing.run()
     name, fmt = max(sizing["formats"].items(), key=lambda item: item[1]["ratio"])
     exact = all(f["exact"] for f in sizing["formats"].values())
-    turn_detail = (f"turn {turn['turn_ms']:.2f} ms (body assembly {turn['render_ms']:.2f}, "
-                   f"httpx post + reply {turn['post_ms']:.2f}, session passes {turn['session_ms']:.2f}) "
-                   f"vs json.dumps {turn['dumps_ms']:.1f} ms of the {turn['body_bytes'] / 1e6:.1f} MB body; "
-                   f"median of {turn['turns_timed']} turns, {turn['compactions']} compactions")
-    tracker_detail = (f"component only (not a turn): worst of 5 wire formats ({name}), append + check "
-                      f"{fmt['append_check_ms'] * 1e3:.1f} µs vs json.dumps {fmt['full_dumps_ms']:.1f} ms; "
-                      f"exact sizes: {exact}")
-    loopback_detail = (f"turn {loopback['chunks_ms']:.2f} ms posting the body's blocks as chunks vs "
-                       f"{loopback['joined_ms']:.2f} ms posting it as one joined buffer, to a server in "
-                       f"another process; median of {loopback['turns_timed']} alternated turns each")
+    turn_detail = (
+        f"turn {turn['turn_ms']:.2f} ms (body assembly {turn['render_ms']:.2f}, "
+        f"httpx post + reply {turn['post_ms']:.2f}, session passes {turn['session_ms']:.2f}) "
+        f"vs json.dumps {turn['dumps_ms']:.1f} ms of the {turn['body_bytes'] / 1e6:.1f} MB body; "
+        f"median of {turn['turns_timed']} turns, {turn['compactions']} compactions"
+    )
+    tracker_detail = (
+        f"component only (not a turn): worst of 5 wire formats ({name}), append + check "
+        f"{fmt['append_check_ms'] * 1e3:.1f} µs vs json.dumps {fmt['full_dumps_ms']:.1f} ms; "
+        f"exact sizes: {exact}"
+    )
+    loopback_detail = (
+        f"turn {loopback['chunks_ms']:.2f} ms posting the body's blocks as chunks vs "
+        f"{loopback['joined_ms']:.2f} ms posting it as one joined buffer, to a server in "
+        f"another process; median of {loopback['turns_timed']} alternated turns each"
+    )
     return {"turn": turn, "loopback": loopback, "tracker": sizing}, [
-        Measure("P1.turn_cost", "P1 Session.add + complete() through HttpxSender ÷ json.dumps of the body "
-                "(5 MB, 2,000 msgs)", turn["ratio"], "≤ 0.05", turn["passed"], turn_detail),
-        Measure("P1.loopback_chunks_vs_joined", "P1 the same turn over loopback TCP, body posted as chunks ÷ "
-                "as one joined buffer", loopback["ratio"], "—", None, loopback_detail),
-        Measure("P1.tracker_component", "P1 component: WireSizeTracker append + size check ÷ json.dumps",
-                sizing["worst_ratio"], "—", None, tracker_detail),
+        Measure(
+            "P1.turn_cost",
+            "P1 Session.add + complete() through HttpxSender ÷ json.dumps of the body (5 MB, 2,000 msgs)",
+            turn["ratio"],
+            "≤ 0.05",
+            turn["passed"],
+            turn_detail,
+        ),
+        Measure(
+            "P1.loopback_chunks_vs_joined",
+            "P1 the same turn over loopback TCP, body posted as chunks ÷ as one joined buffer",
+            loopback["ratio"],
+            "—",
+            None,
+            loopback_detail,
+        ),
+        Measure(
+            "P1.tracker_component",
+            "P1 component: WireSizeTracker append + size check ÷ json.dumps",
+            sizing["worst_ratio"],
+            "—",
+            None,
+            tracker_detail,
+        ),
     ]
 
 
@@ -110,51 +134,90 @@ def _p2(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     bc = bench_compaction
     raw: dict[str, Any]
     if quick:
-        scaling = {mb: bc.measure(mb * MIB, mb * bc.MESSAGES_PER_MIB, QUICK_REPEATS)
-                   for mb in QUICK_P2_SCALES_MB}
-        raw = {"main": bc.measure(bc.TARGET_BYTES, bc.MESSAGES, QUICK_REPEATS), "scaling": scaling,
-               "target_ratio": bc.TARGET_RATIO}
+        scaling = {
+            mb: bc.measure(mb * MIB, mb * bc.MESSAGES_PER_MIB, QUICK_REPEATS) for mb in QUICK_P2_SCALES_MB
+        }
+        raw = {
+            "main": bc.measure(bc.TARGET_BYTES, bc.MESSAGES, QUICK_REPEATS),
+            "scaling": scaling,
+            "target_ratio": bc.TARGET_RATIO,
+        }
     else:
         raw = bench_compaction.run()
     main = raw["main"]
     curve = {str(mb): m["ratio"] for mb, m in raw["scaling"].items()}
     per_mb = [m["compact_ms"] / m["weight_mb"] for m in raw["scaling"].values()]
-    detail = (f"compaction {main['compact_ms']:.1f} ms vs json.dumps {main['dumps_ms']:.1f} ms; "
-              f"{min(per_mb):.1f}–{max(per_mb):.1f} ms per MB over {', '.join(curve)} MB")
+    detail = (
+        f"compaction {main['compact_ms']:.1f} ms vs json.dumps {main['dumps_ms']:.1f} ms; "
+        f"{min(per_mb):.1f}–{max(per_mb):.1f} ms per MB over {', '.join(curve)} MB"
+    )
     curve_text = ", ".join(f"{mb} MB {ratio:.2f}" for mb, ratio in curve.items())
     return raw, [
-        Measure("P2.ratio_5mb", "P2 planned compaction ÷ json.dumps (5 MB)", main["ratio"], "≤ 2",
-                main["ratio"] <= bc.TARGET_RATIO, detail),
-        Measure("P2.curve", "P2 the same ratio from 1 to 16 MB (linear: flat ratio; the largest shown)",
-                max(curve.values()), "≤ 2 at every size", max(curve.values()) <= bc.TARGET_RATIO, curve_text,
-                data=curve),
+        Measure(
+            "P2.ratio_5mb",
+            "P2 planned compaction ÷ json.dumps (5 MB)",
+            main["ratio"],
+            "≤ 2",
+            main["ratio"] <= bc.TARGET_RATIO,
+            detail,
+        ),
+        Measure(
+            "P2.curve",
+            "P2 the same ratio from 1 to 16 MB (linear: flat ratio; the largest shown)",
+            max(curve.values()),
+            "≤ 2 at every size",
+            max(curve.values()) <= bc.TARGET_RATIO,
+            curve_text,
+            data=curve,
+        ),
     ]
 
 
 def _p3(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     quick_size = {"messages": QUICK_P3_MESSAGES, "target_bytes": QUICK_P3_BYTES, "repeats": QUICK_REPEATS}
     raw = bench_peers.run(**(quick_size if quick else {}))
-    label = ("P3 recovery Level 2 on a history that entered through a Session ÷ LangChain trim_messages "
-             "(5 MB → last 10 msgs)")
+    label = (
+        "P3 recovery Level 2 on a history that entered through a Session ÷ LangChain trim_messages "
+        "(5 MB → last 10 msgs)"
+    )
     if raw.get("skipped"):
         return raw, [Measure("P3.session", label, None, "< 1", None, raw["skipped"])]
     parts = ", ".join(f"{part} {ms:.2f} ms" for part, ms in raw["session_level2_parts_ms"].items())
-    session_detail = (f"Level 2 {raw['session_level2_ms']:.2f} ms (archives "
-                      f"{raw['session_level2_archived_chars'] / MIB:.1f} MB, dropped "
-                      f"{raw['session_level2_dropped_chars'] / MIB:.1f} MB) vs trim_messages "
-                      f"{raw['langchain_l2_ms']:.2f} ms (drops and loses it); parts timed alone: {parts}")
+    session_detail = (
+        f"Level 2 {raw['session_level2_ms']:.2f} ms (archives "
+        f"{raw['session_level2_archived_chars'] / MIB:.1f} MB, dropped "
+        f"{raw['session_level2_dropped_chars'] / MIB:.1f} MB) vs trim_messages "
+        f"{raw['langchain_l2_ms']:.2f} ms (drops and loses it); parts timed alone: {parts}"
+    )
     archived, lost = raw["level3_archived_chars"] / MIB, raw["langchain_lost_chars"] / MIB
     cold = "cold caches (fresh messages that never entered a Session, keys hashed at cut time)"
     return raw, [
         Measure("P3.session", label, raw["ratio_session"], "< 1", raw["passed_session"], session_detail),
-        Measure("P3.level3_cold", f"P3 compaction Level 3 on {cold} ÷ LangChain", raw["ratio_langchain"], "—",
-                None, f"L3 {raw['level3_ms']:.1f} ms (archives {archived:.1f} MB) vs trim_messages "
-                f"{raw['langchain_ms']:.1f} ms (loses {lost:.1f} MB)"),
-        Measure("P3.level3_cold_no_archive", "P3 the same cold cut with an archive that stores nothing ÷ "
-                "LangChain", raw["ratio_no_archive"], "—", None, f"{raw['level3_no_archive_ms']:.1f} ms: "
-                "the cut without storing (member keys are still hashed)"),
-        Measure("P3.compactor_cold", "P3 HistoryCompactor without summarizer (trim + L3), cold ÷ LangChain",
-                raw["ratio_compactor"], "—", None, f"{raw['compactor_ms']:.1f} ms"),
+        Measure(
+            "P3.level3_cold",
+            f"P3 compaction Level 3 on {cold} ÷ LangChain",
+            raw["ratio_langchain"],
+            "—",
+            None,
+            f"L3 {raw['level3_ms']:.1f} ms (archives {archived:.1f} MB) vs trim_messages "
+            f"{raw['langchain_ms']:.1f} ms (loses {lost:.1f} MB)",
+        ),
+        Measure(
+            "P3.level3_cold_no_archive",
+            "P3 the same cold cut with an archive that stores nothing ÷ LangChain",
+            raw["ratio_no_archive"],
+            "—",
+            None,
+            f"{raw['level3_no_archive_ms']:.1f} ms: the cut without storing (member keys are still hashed)",
+        ),
+        Measure(
+            "P3.compactor_cold",
+            "P3 HistoryCompactor without summarizer (trim + L3), cold ÷ LangChain",
+            raw["ratio_compactor"],
+            "—",
+            None,
+            f"{raw['compactor_ms']:.1f} ms",
+        ),
     ]
 
 
@@ -165,22 +228,41 @@ def _p4(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     total = replays["total_ms"]
     names = ", ".join(replays["transcripts"])
     return raw, [
-        Measure("P4.replay_overhead", "P4 in-process replay ÷ library alone (Session + in-memory sender)",
-                replays["replay_overhead"], "≤ 1.5", passed["replay_overhead"],
-                f"{total['inprocess']:.0f} ms vs {total['library']:.0f} ms over {names}; "
-                f"same work: {replays['same_work']}"),
-        Measure("P4.replay_overhead_vs_rendering_library",
-                "P4 in-process replay ÷ library rendering each request body (HttpxSender.render)",
-                replays["replay_overhead_vs_rendering_library"], "—", None,
-                f"{total['inprocess']:.0f} ms vs {total['library_render']:.0f} ms"),
-        Measure("P4.loopback_vs_inprocess", "P4 loopback TCP replay ÷ in-process replay",
-                replays["loopback_vs_inprocess"], "≤ 3", passed["loopback_vs_inprocess"],
-                f"{total['loopback']:.0f} ms vs {total['inprocess']:.0f} ms"),
-        Measure("P4.sweep_speedup", f"P4 sweep speed-up, {sweeps['workers']} worker processes vs 1",
-                sweeps["sweep_speedup"], "≥ 1.7", passed["sweep_speedup"],
-                f"{sweeps['runs']} runs: {sweeps['one_worker_s']:.1f} s vs {sweeps['n_workers_s']:.1f} s "
-                f"(best of {sweeps['repeats']}) on {sweeps['cpus']} CPUs, load average up to "
-                f"{max(load.values()):.1f}"),
+        Measure(
+            "P4.replay_overhead",
+            "P4 in-process replay ÷ library alone (Session + in-memory sender)",
+            replays["replay_overhead"],
+            "≤ 1.5",
+            passed["replay_overhead"],
+            f"{total['inprocess']:.0f} ms vs {total['library']:.0f} ms over {names}; "
+            f"same work: {replays['same_work']}",
+        ),
+        Measure(
+            "P4.replay_overhead_vs_rendering_library",
+            "P4 in-process replay ÷ library rendering each request body (HttpxSender.render)",
+            replays["replay_overhead_vs_rendering_library"],
+            "—",
+            None,
+            f"{total['inprocess']:.0f} ms vs {total['library_render']:.0f} ms",
+        ),
+        Measure(
+            "P4.loopback_vs_inprocess",
+            "P4 loopback TCP replay ÷ in-process replay",
+            replays["loopback_vs_inprocess"],
+            "≤ 3",
+            passed["loopback_vs_inprocess"],
+            f"{total['loopback']:.0f} ms vs {total['inprocess']:.0f} ms",
+        ),
+        Measure(
+            "P4.sweep_speedup",
+            f"P4 sweep speed-up, {sweeps['workers']} worker processes vs 1",
+            sweeps["sweep_speedup"],
+            "≥ 1.7",
+            passed["sweep_speedup"],
+            f"{sweeps['runs']} runs: {sweeps['one_worker_s']:.1f} s vs {sweeps['n_workers_s']:.1f} s "
+            f"(best of {sweeps['repeats']}) on {sweeps['cpus']} CPUs, load average up to "
+            f"{max(load.values()):.1f}",
+        ),
     ]
 
 
@@ -191,61 +273,99 @@ def _recovery(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     for key, label in (("rejected_per_episode", "¾ rule"), ("rejected_per_episode.bisection", "bisection")):
         m = p5["bisection" if key.endswith("bisection") else "three_quarters"]
         value = m["rejected_per_episode"]
-        measures.append(Measure(
-            f"P5.{key}", f"P5 rejected requests per failure episode, every kind, {label}",
-            value, "≤ 1.1", value is not None and value <= p5["target"], _p5_detail(m),
-        ))
+        measures.append(
+            Measure(
+                f"P5.{key}",
+                f"P5 rejected requests per failure episode, every kind, {label}",
+                value,
+                "≤ 1.1",
+                value is not None and value <= p5["target"],
+                _p5_detail(m),
+            )
+        )
     m = p5["three_quarters"]
-    measures.append(Measure(
-        "P5.after_plain_retry", "P5 the same (¾ rule) without the SPEC §6 plain retry of resets/503s",
-        m["rejected_per_episode_after_plain_retry"], "—", None,
-        f"{m['plain_retries']} plain retries left out of {m['rejected']} rejected requests",
-    ))
+    measures.append(
+        Measure(
+            "P5.after_plain_retry",
+            "P5 the same (¾ rule) without the SPEC §6 plain retry of resets/503s",
+            m["rejected_per_episode_after_plain_retry"],
+            "—",
+            None,
+            f"{m['plain_retries']} plain retries left out of {m['rejected']} rejected requests",
+        )
+    )
     d, s = p6["default"], p6["summarize_everything"]
-    measures.append(Measure(
-        "P6.ratio", "P6 summarizer cost per 100 turns, default ÷ summarize-everything", p6["ratio"], "≤ 0.5",
-        p6["passed"], f"${d['usd_per_100_turns']:.4f} ({d['calls']} calls, {d['chars_lost']:,} chars lost, "
-        f"facts surviving {d['fact_survival']:.0%}) vs ${s['usd_per_100_turns']:.4f} ({s['calls']} calls, "
-        f"{s['chars_lost']:,} chars lost, facts surviving {s['fact_survival']:.0%}) over "
-        f"{len(p6['equal_outcome_scenarios'])} scenarios with equal outcomes",
-    ))
+    measures.append(
+        Measure(
+            "P6.ratio",
+            "P6 summarizer cost per 100 turns, default ÷ summarize-everything",
+            p6["ratio"],
+            "≤ 0.5",
+            p6["passed"],
+            f"${d['usd_per_100_turns']:.4f} ({d['calls']} calls, {d['chars_lost']:,} chars lost, "
+            f"facts surviving {d['fact_survival']:.0%}) vs ${s['usd_per_100_turns']:.4f} ({s['calls']} "
+            "calls, "
+            f"{s['chars_lost']:,} chars lost, facts surviving {s['fact_survival']:.0%}) over "
+            f"{len(p6['equal_outcome_scenarios'])} scenarios with equal outcomes",
+        )
+    )
     first = sum(d["first_summary_by_scenario"].values())
     summarizing = sum(1 for usd in d["first_summary_by_scenario"].values() if usd)
-    measures.append(Measure(
-        "P6.first_summaries", "P6 the default's first summarization in each scenario ÷ "
-        "summarize-everything's whole cost", first / s["usd"] if s["usd"] else None, "—", None,
-        f"${first:.4f} for the first summary of {summarizing} scenarios (of ${d['usd']:.4f} in all) vs "
-        f"${s['usd']:.4f}: what the default pays even if each scenario summarized only once",
-    ))
-    measures.append(Measure(
-        "P6.ratio_bisection", "P6 the same with bisection cap learning (cap-bisection)",
-        p6["ratio_bisection"], "—", None, f"${p6['bisection']['usd_per_100_turns']:.4f} "
-        f"({p6['bisection']['calls']} calls)",
-    ))
+    measures.append(
+        Measure(
+            "P6.first_summaries",
+            "P6 the default's first summarization in each scenario ÷ summarize-everything's whole cost",
+            first / s["usd"] if s["usd"] else None,
+            "—",
+            None,
+            f"${first:.4f} for the first summary of {summarizing} scenarios (of ${d['usd']:.4f} in all) vs "
+            f"${s['usd']:.4f}: what the default pays even if each scenario summarized only once",
+        )
+    )
+    measures.append(
+        Measure(
+            "P6.ratio_bisection",
+            "P6 the same with bisection cap learning (cap-bisection)",
+            p6["ratio_bisection"],
+            "—",
+            None,
+            f"${p6['bisection']['usd_per_100_turns']:.4f} ({p6['bisection']['calls']} calls)",
+        )
+    )
     return raw, measures
 
 
 def _p5_detail(m: dict[str, Any]) -> str:
-    kinds = ", ".join(f"{kind} {k['rejected_per_episode']:.2f} ({k['episodes']})"
-                      for kind, k in m["by_kind"].items())
+    kinds = ", ".join(
+        f"{kind} {k['rejected_per_episode']:.2f} ({k['episodes']})" for kind, k in m["by_kind"].items()
+    )
     over = "; ".join(f"{r['scenario']} ({r['kind']}) {r['rejected']}" for r in m["over_one"]) or "none"
-    return (f"{m['episodes']} episodes, {m['recovered_episodes']} recovered; by first failure kind "
-            f"(episodes): {kinds}; episodes over 1 request: {over}")
+    return (
+        f"{m['episodes']} episodes, {m['recovered_episodes']} recovered; by first failure kind "
+        f"(episodes): {kinds}; episodes over 1 request: {over}"
+    )
 
 
 def _p7(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     raw = bench_long_replay.run(quick=quick)
     (early_lo, early_hi), (late_lo, late_hi) = raw["early_window"], raw["late_window"]
-    detail = (f"{raw['early_ms']:.2f} ms per turn at turns {early_lo}–{early_hi - 1} vs "
-              f"{raw['late_ms']:.2f} ms at turns {late_lo}–{late_hi - 1} ({raw['turns']} turns, "
-              f"{raw['compactions']} compactions, {raw['archive_entries']} archive entries, "
-              f"{raw['chars_lost']} chars lost; median of {raw['repeats']} replays)")
+    detail = (
+        f"{raw['early_ms']:.2f} ms per turn at turns {early_lo}–{early_hi - 1} vs "
+        f"{raw['late_ms']:.2f} ms at turns {late_lo}–{late_hi - 1} ({raw['turns']} turns, "
+        f"{raw['compactions']} compactions, {raw['archive_entries']} archive entries, "
+        f"{raw['chars_lost']} chars lost; median of {raw['repeats']} replays)"
+    )
     label = "P7 per-turn time of a compaction-heavy replay, turn 2,000 ÷ turn 100"
     return raw, [Measure("P7.ratio", label, raw["ratio"], "≤ 1.5", raw["passed"], detail)]
 
 
 BENCHMARKS: dict[str, Callable[[bool], tuple[dict[str, Any], list[Measure]]]] = {
-    "P1": _p1, "P2": _p2, "P3": _p3, "P4": _p4, "P5": _recovery, "P7": _p7,
+    "P1": _p1,
+    "P2": _p2,
+    "P3": _p3,
+    "P4": _p4,
+    "P5": _recovery,
+    "P7": _p7,
 }
 RUN_OF = {"P6": "P5"}  # P5 and P6 come from the same replays
 
@@ -296,7 +416,7 @@ def rewrite_benchmarks_md(path: Path, table: Sequence[str], header: str) -> None
     if start == -1 or end == -1 or end < start:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     else:
-        text = text[:start] + block + text[end + len(END_MARKER):]
+        text = text[:start] + block + text[end + len(END_MARKER) :]
     path.write_text(text, encoding="utf-8")
 
 
@@ -337,8 +457,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats; writes nothing")
     parser.add_argument("--only", help="comma-separated ids (P1..P7); writes nothing")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
-    parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="write a pyinstrument profile of each benchmark to DIR")
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="write a pyinstrument profile of each benchmark to DIR"
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
 
@@ -355,8 +476,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     print()
     _print_table(measures)
-    print(f"\n{len(measures)} measures in {time.perf_counter() - started:.0f} s on {machine['cpus']} CPUs "
-          f"(load average {load_before[0]:.1f} → {machine['load_average_after'][0]:.1f})")
+    print(
+        f"\n{len(measures)} measures in {time.perf_counter() - started:.0f} s on {machine['cpus']} CPUs "
+        f"(load average {load_before[0]:.1f} → {machine['load_average_after'][0]:.1f})"
+    )
 
     if not (args.quick or args.only or args.no_write):
         results: dict[str, Any] = {m.key: m.value if m.data is None else m.data for m in measures}
@@ -369,10 +492,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         text = json.dumps(results, indent=2, ensure_ascii=False, default=str)
         RESULTS_JSON.write_text(text + "\n", encoding="utf-8")
-        header = (f"Measured {date} on {machine['platform']}, Python {machine['python']}, "
-                  f"{machine['cpus']} CPUs (load average {load_before[0]:.1f} at the start, "
-                  f"{machine['load_average_after'][0]:.1f} at the end) "
-                  "by `python bench/run.py`.")
+        header = (
+            f"Measured {date} on {machine['platform']}, Python {machine['python']}, "
+            f"{machine['cpus']} CPUs (load average {load_before[0]:.1f} at the start, "
+            f"{machine['load_average_after'][0]:.1f} at the end) "
+            "by `python bench/run.py`."
+        )
         rewrite_benchmarks_md(BENCHMARKS_MD, table_lines(measures), header)
         print(f"wrote {RESULTS_JSON} and the table of {BENCHMARKS_MD}")
     missed = [m.key for m in measures if m.passed is False]

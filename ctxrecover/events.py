@@ -150,8 +150,16 @@ class StderrRenderer:
 #: What archived content for a session: planned compaction (auto and /compact), the recovery
 #: ladder, and each pass or step that moves content to the archive (SessionStats.count_archived).
 ARCHIVE_SOURCES: tuple[str, ...] = (
-    "planned", "recovery", "microcompact", "dedup", "tool_budget", "pairing", "skills", "images",
-    "context_editing", "set_aside",
+    "planned",
+    "recovery",
+    "microcompact",
+    "dedup",
+    "tool_budget",
+    "pairing",
+    "skills",
+    "images",
+    "context_editing",
+    "set_aside",
 )
 
 

@@ -141,9 +141,7 @@ class Message:
     agent_feedback: bool = False
     # Per-message memo of derived sizes (weight, wire fragment sizes). Valid for
     # the object's lifetime because messages are immutable; never compared.
-    _cache: dict[str, Any] = field(
-        default_factory=dict, init=False, repr=False, compare=False, hash=False
-    )
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         # One cheap test for the usual, well-typed message; the field-by-field check names what is wrong.
@@ -181,8 +179,7 @@ class Message:
             if not isinstance(value, tuple):
                 if isinstance(value, str | bytes | dict) or not hasattr(value, "__iter__"):
                     raise MessageError(
-                        f"Message.{name} must be a tuple or list of {kind.__name__}, "
-                        f"got {_type_name(value)}",
+                        f"Message.{name} must be a tuple or list of {kind.__name__}, got {_type_name(value)}",
                         field=name,
                     )
                 value = tuple(value)
@@ -297,9 +294,7 @@ class Message:
         return cls(**kwargs)
 
 
-_DICT_FIELDS = frozenset(
-    f.name for f in dataclasses.fields(Message) if not f.name.startswith("_")
-)
+_DICT_FIELDS = frozenset(f.name for f in dataclasses.fields(Message) if not f.name.startswith("_"))
 _SEQUENCE_FIELDS: tuple[tuple[str, type], ...] = (
     ("tool_calls", ToolCall),
     ("images", Image),
@@ -330,4 +325,3 @@ def check_encodable(msg: Message, *, index: int | None = None) -> None:
                 offset=exc.start,
                 index=index,
             ) from None
-

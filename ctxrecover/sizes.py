@@ -101,6 +101,7 @@ def format_payload_size(n: int | float) -> str:
 
 # -- images ---------------------------------------------------------------
 
+
 def _image_dimensions(raw: bytes) -> tuple[int, int] | None:
     """Width and height from a PNG, GIF, JPEG or WebP header, or None."""
     if raw[:8] == b"\x89PNG\r\n\x1a\n" and len(raw) >= 24:
@@ -185,6 +186,7 @@ def image_tokens(msg: Message) -> int:
 
 
 # -- weights --------------------------------------------------------------
+
 
 def _compute_weight(msg: Message) -> int:
     total = len(msg.content) + image_chars(msg)

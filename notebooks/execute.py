@@ -35,7 +35,10 @@ def execute(path: Path) -> float:
 
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        notebook, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME, record_timing=False,
+        notebook,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name=KERNEL_NAME,
+        record_timing=False,
         resources={"metadata": {"path": str(path.parent)}},
     )
     start = time.perf_counter()

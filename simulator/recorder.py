@@ -158,8 +158,15 @@ class Pending:
 class Recorder:
     """Turns session events and sender calls into AttemptRecords (one replay, one recorder)."""
 
-    def __init__(self, identity: dict[str, Any], archive: CountingArchive, provider: MockProvider, *,
-                 cap: int | None, on_event: Callable[[ReplayEvent], Any] | None) -> None:
+    def __init__(
+        self,
+        identity: dict[str, Any],
+        archive: CountingArchive,
+        provider: MockProvider,
+        *,
+        cap: int | None,
+        on_event: Callable[[ReplayEvent], Any] | None,
+    ) -> None:
         self.identity = identity
         self.archive = archive
         self.provider = provider
@@ -287,8 +294,12 @@ class Recorder:
         now = time.perf_counter()
         elapsed, self.clock = (now - self.clock) * 1000, now
         notices, self.notices = self.notices, []
-        return {**self.current, "request_bytes": sum(map(len, self.body_chunks)), "elapsed_ms": elapsed,
-                "notices_before": notices}
+        return {
+            **self.current,
+            "request_bytes": sum(map(len, self.body_chunks)),
+            "elapsed_ms": elapsed,
+            "notices_before": notices,
+        }
 
     def _record(self, fields: dict[str, Any], notices: list[str], outcome: str) -> None:
         fields = dict(fields)
@@ -318,8 +329,9 @@ class Recorder:
         key = body_key(b"".join(self.body_chunks))
         fields["identical_retry"] = key in self.rejected_keys
         self.rejected_keys.add(key)
-        failure = classify(error, request_bytes=error.request_bytes,
-                           history_chars=total_weight(self.session.history))
+        failure = classify(
+            error, request_bytes=error.request_bytes, history_chars=total_weight(self.session.history)
+        )
         fields["failure_kind"] = failure.kind.value
         self.pending = Pending(fields)
         self.in_failure = True
@@ -353,8 +365,9 @@ class Recorder:
         """The fields of this turn's refused attempts so far, the pending one last (none before a send)."""
         if self.pending is None:
             return []
-        earlier = [r.to_row() for r in self.records
-                   if r.turn == self.turn and r.outcome.startswith("rejected:")]
+        earlier = [
+            r.to_row() for r in self.records if r.turn == self.turn and r.outcome.startswith("rejected:")
+        ]
         return [*earlier, self.pending.fields]
 
     def turn_failed(self, error: RecoveryError) -> None:

@@ -189,8 +189,9 @@ def _same_reply(recorded: Message, produced: Message) -> bool:
     return recorded.content == produced.content and calls(recorded) == calls(produced)
 
 
-def _run_outcome(records: Sequence[AttemptRecord], stats: SessionStats, error: RecoveryError | None,
-                 recorder: Recorder) -> str:
+def _run_outcome(
+    records: Sequence[AttemptRecord], stats: SessionStats, error: RecoveryError | None, recorder: Recorder
+) -> str:
     if isinstance(error, PayloadFloorError):
         return "fail_fast_floor"
     if error is not None:
@@ -284,8 +285,14 @@ def replay(
     if policy_name is None:
         policy_name = "default" if strategy is None else strategy.name
     run_id = f"{original.name}|{scenario.name}|{policy_name}|s{seed}"
-    identity = {"run_id": run_id, "transcript": original.name, "transcript_sha256": original.sha256,
-                "scenario": scenario.name, "policy": policy_name, "seed": seed}
+    identity = {
+        "run_id": run_id,
+        "transcript": original.name,
+        "transcript_sha256": original.sha256,
+        "scenario": scenario.name,
+        "policy": policy_name,
+        "seed": seed,
+    }
     archive = CountingArchive()
     script = _Script()
     provider = scenario.build_provider(script, seed=seed)
@@ -299,20 +306,40 @@ def replay(
             base_url, http_transport = server.base_url, httpx.HTTPTransport(verify=False)
         else:
             base_url, http_transport = DEFAULT_MOCK_BASE_URL, mount_inprocess(box)
-        client = stack.enter_context(httpx.Client(
-            transport=http_transport, trust_env=False,
-            event_hooks={"request": [_turn_header(lambda: recorder.turn)]},
-        ))
-        sender = ReplaySender(recorder, scenario.provider.format, base_url=base_url,
-                               model=scenario.provider.model, api_key=REPLAY_API_KEY, client=client)
+        client = stack.enter_context(
+            httpx.Client(
+                transport=http_transport,
+                trust_env=False,
+                event_hooks={"request": [_turn_header(lambda: recorder.turn)]},
+            )
+        )
+        sender = ReplaySender(
+            recorder,
+            scenario.provider.format,
+            base_url=base_url,
+            model=scenario.provider.model,
+            api_key=REPLAY_API_KEY,
+            client=client,
+        )
         stats, summarizer = SessionStats(), _summarizer(scenario)
-        options = {} if strategy is None else strategy.session_options(
-            run_policy, archive, EventBus(recorder.on_library_event), stats, summarizer=summarizer
+        options = (
+            {}
+            if strategy is None
+            else strategy.session_options(
+                run_policy, archive, EventBus(recorder.on_library_event), stats, summarizer=summarizer
+            )
         )
         session = Session(
-            sender, policy=run_policy, archive=archive, summarizer=summarizer,
-            on_event=recorder.on_library_event, model=scenario.provider.model,
-            max_tokens=scenario.workload.max_tokens, sleep=_no_sleep, stats=stats, **options,
+            sender,
+            policy=run_policy,
+            archive=archive,
+            summarizer=summarizer,
+            on_event=recorder.on_library_event,
+            model=scenario.provider.model,
+            max_tokens=scenario.workload.max_tokens,
+            sleep=_no_sleep,
+            stats=stats,
+            **options,
         )
         recorder.attach(session)
         error, completed, divergences = _drive(session, recorder, script, turns, trailing)
@@ -320,16 +347,30 @@ def replay(
     recorder.finish(final)
     records = tuple(recorder.records)
     return ReplayResult(
-        run_id=run_id, transcript=original, replayed=shaped, scenario=scenario, policy=run_policy,
-        policy_name=policy_name, seed=seed, transport=transport, records=records,
-        events=tuple(recorder.events), conversation=tuple(recorder.fed), final_history=tuple(final),
-        archive=archive, stats=dataclasses.replace(session.stats), chars_lost=recorder.lost,
+        run_id=run_id,
+        transcript=original,
+        replayed=shaped,
+        scenario=scenario,
+        policy=run_policy,
+        policy_name=policy_name,
+        seed=seed,
+        transport=transport,
+        records=records,
+        events=tuple(recorder.events),
+        conversation=tuple(recorder.fed),
+        final_history=tuple(final),
+        archive=archive,
+        stats=dataclasses.replace(session.stats),
+        chars_lost=recorder.lost,
         losses=recorder.losses,
         fact_survival=fact_survival(shaped.facts, final, archive),
-        outcome=_run_outcome(records, session.stats, error, recorder), turns=len(turns),
-        turns_completed=completed, learned_cap=session.learned_cap,
+        outcome=_run_outcome(records, session.stats, error, recorder),
+        turns=len(turns),
+        turns_completed=completed,
+        learned_cap=session.learned_cap,
         summarizer_calls=tuple(call.outcome for call in getattr(summarizer, "calls", ())),
-        divergences=divergences, error=None if error is None else str(error),
+        divergences=divergences,
+        error=None if error is None else str(error),
         content_blocks=tuple(recorder.content_blocks),
     )
 
@@ -346,8 +387,9 @@ class _Script:
         return self.reply
 
 
-def _drive(session: Session, recorder: Recorder, script: _Script, turns: list[Turn],
-           trailing: tuple[Message, ...]) -> tuple[RecoveryError | None, int, int]:
+def _drive(
+    session: Session, recorder: Recorder, script: _Script, turns: list[Turn], trailing: tuple[Message, ...]
+) -> tuple[RecoveryError | None, int, int]:
     """Run the turns; returns (the error that ended the replay, turns completed, divergences)."""
     ids: dict[str, str] = {}
     divergences = 0
@@ -369,8 +411,13 @@ def _drive(session: Session, recorder: Recorder, script: _Script, turns: list[Tu
             return error, index, divergences
         recorder.feed(produced)
         divergences += not _same_reply(turn.reply, produced)
-        ids.update({rec.id: got.id for rec, got in zip(turn.reply.tool_calls, produced.tool_calls,
-                                                         strict=False) if rec.id != got.id})
+        ids.update(
+            {
+                rec.id: got.id
+                for rec, got in zip(turn.reply.tool_calls, produced.tool_calls, strict=False)
+                if rec.id != got.id
+            }
+        )
         feed(turn.followers)
     feed(trailing)
     return None, len(turns), divergences
@@ -402,8 +449,9 @@ def observed(result: ReplayResult) -> Observed:
         summarizer_calls=result.summarizer_calls,
         content_blocks=tuple((block.cap_before, block.cap_after) for block in result.content_blocks),
         final_max_tokens=result.records[-1].max_tokens if result.records else None,
-        requests_over_cap=sum(r.learned_cap is not None and r.request_bytes > r.learned_cap
-                              for r in result.records),
+        requests_over_cap=sum(
+            r.learned_cap is not None and r.request_bytes > r.learned_cap for r in result.records
+        ),
         lines=(*result.notices, *result.status_lines, *([result.error] if result.error else [])),
     )
 

@@ -82,13 +82,13 @@ SUMMARIZER_PRICES: Mapping[str, ModelPrice] = MappingProxyType(
 DEFAULT_SUMMARIZER_MODEL = "mock-gpt-4o-mini"
 # What one call did (SummarizerCall.outcome; a scenario's [expect] summarizer names one of these).
 CALL_OUTCOMES: tuple[str, ...] = (
-    "answered",    # a summary text
-    "refused",     # a refusal text (the quality gate rejects it)
-    "too_short",   # a text too short for its segment (the quality gate rejects it)
-    "failed",      # raised SummarizerError (an HTTP 500)
+    "answered",  # a summary text
+    "refused",  # a refusal text (the quality gate rejects it)
+    "too_short",  # a text too short for its segment (the quality gate rejects it)
+    "failed",  # raised SummarizerError (an HTTP 500)
     "overflowed",  # raised SummarizerError: the prompt is over the summarizer's own window
-    "timed_out",   # raised SummarizerError: the call's timeout ran out
-    "cancelled",   # raised CompactionCancelled
+    "timed_out",  # raised SummarizerError: the call's timeout ran out
+    "cancelled",  # raised CompactionCancelled
 )
 CHARS_PER_TOKEN = 4
 DEFAULT_WINDOW_TOKENS = 128_000
@@ -107,8 +107,7 @@ INSTANT_SUMMARY = (
 EMPTY_SEGMENT_SUMMARY = "## Current Task State\n- Done: the segment held nothing to extract."
 FAILING_STATUS = 500
 FAILING_BODY = (
-    '{"error": {"message": "The server had an error while processing your request.", '
-    '"type": "server_error"}}'
+    '{"error": {"message": "The server had an error while processing your request.", "type": "server_error"}}'
 )
 FAILING_MESSAGE = "summarizer HTTP {status}: {body}"
 # OpenAI's real context_length_exceeded body, the text an overflowing summarizer request carries.
@@ -236,9 +235,11 @@ class MockSummarizer:
             raise
         input_tokens, output_tokens = _tokens(prompt), _tokens(text)
         cost = (input_tokens * self.price.input + output_tokens * self.price.output) / 1_000_000
-        self.calls.append(SummarizerCall(
-            prompt, instruction, timeout, text, None, input_tokens, output_tokens, cost, self.answered
-        ))
+        self.calls.append(
+            SummarizerCall(
+                prompt, instruction, timeout, text, None, input_tokens, output_tokens, cost, self.answered
+            )
+        )
         return SummaryResult(
             text=text, input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost, model=self.model
         )
@@ -562,9 +563,7 @@ def make_summarizer(behaviour: str, **options: object) -> MockSummarizer | None:
     'SlowSummarizer'
     """
     if behaviour not in BEHAVIOURS:
-        raise ConfigError(
-            f"unknown summarizer behaviour {behaviour!r}; use one of {', '.join(BEHAVIOURS)}"
-        )
+        raise ConfigError(f"unknown summarizer behaviour {behaviour!r}; use one of {', '.join(BEHAVIOURS)}")
     cls = BEHAVIOURS[behaviour]
     if cls is None:
         if options:

@@ -86,8 +86,13 @@ class Turn:
 
 def bundled_transcripts() -> list[str]:
     """Names of every bundled transcript (synthetic sessions and format fixtures), smallest first."""
-    files = [p for directory in BUNDLED_DIRS if directory.is_dir() for p in directory.iterdir()
-             if p.is_file() and p.suffix in TRANSCRIPT_SUFFIXES]
+    files = [
+        p
+        for directory in BUNDLED_DIRS
+        if directory.is_dir()
+        for p in directory.iterdir()
+        if p.is_file() and p.suffix in TRANSCRIPT_SUFFIXES
+    ]
     return [p.stem for p in sorted(files, key=lambda p: (p.stat().st_size, p.name))]
 
 

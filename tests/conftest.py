@@ -64,7 +64,7 @@ def reachable_entries() -> Callable[[Sequence[Message], Archive], set[str]]:
 
     def entries(history: Sequence[Message], archive: Archive) -> set[str]:
         texts = [m.content for m in history]
-        return set(_follow_markers(texts, archive.get)[len(texts):])
+        return set(_follow_markers(texts, archive.get)[len(texts) :])
 
     return entries
 

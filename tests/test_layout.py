@@ -75,7 +75,7 @@ def test_the_module_import_graph_has_no_cycle(package: str) -> None:
     def visit(name: str) -> None:
         if name in done:
             return
-        assert name not in visiting, f"import cycle: {' -> '.join([*visiting[visiting.index(name):], name])}"
+        assert name not in visiting, f"import cycle: {' -> '.join([*visiting[visiting.index(name) :], name])}"
         visiting.append(name)
         for dep in sorted(graph[name]):
             visit(dep)

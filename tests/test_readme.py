@@ -152,9 +152,14 @@ def test_the_fault_table_documents_every_fault_kind_with_an_example_that_parses(
         assert parse_fault_spec(example.strip("`")).kind == kind
 
 
-@pytest.mark.parametrize(("kind", "pages"), [
-    ("body-cap", BODY_CAP_PAGES), ("waf-403-html", WAF_PAGES), ("upstream-error", UPSTREAM_ERROR_PAGES),
-])
+@pytest.mark.parametrize(
+    ("kind", "pages"),
+    [
+        ("body-cap", BODY_CAP_PAGES),
+        ("waf-403-html", WAF_PAGES),
+        ("upstream-error", UPSTREAM_ERROR_PAGES),
+    ],
+)
 def test_the_page_names_in_the_fault_table_are_the_pages_the_code_serves(kind: str, pages: object) -> None:
     (what,) = [what for row_kind, _example, what in fault_rows() if row_kind == kind]
     named = [name for name in re.findall(r"`([a-z0-9-]+)`", what) if name not in FAULT_KINDS]

@@ -121,6 +121,7 @@ __all__ = ["Failure", "FailureKind", "classify", "decide"]
 
 # -- public values -----------------------------------------------------------------------------
 
+
 class FailureKind(StrEnum):
     """What an exchange ended in; ``ok`` is a successful, untruncated response."""
 
@@ -139,13 +140,22 @@ class FailureKind(StrEnum):
     OK = "ok"
 
 
-RECOVERABLE_KINDS: frozenset[FailureKind] = frozenset({
-    FailureKind.CONTEXT_OVERFLOW, FailureKind.PAYLOAD_TOO_LARGE, FailureKind.WAF_REJECTION,
-    FailureKind.SUSPECTED_PAYLOAD, FailureKind.MALFORMED_HISTORY,
-})
-PAYLOAD_KINDS: frozenset[FailureKind] = frozenset({
-    FailureKind.PAYLOAD_TOO_LARGE, FailureKind.WAF_REJECTION, FailureKind.SUSPECTED_PAYLOAD,
-})
+RECOVERABLE_KINDS: frozenset[FailureKind] = frozenset(
+    {
+        FailureKind.CONTEXT_OVERFLOW,
+        FailureKind.PAYLOAD_TOO_LARGE,
+        FailureKind.WAF_REJECTION,
+        FailureKind.SUSPECTED_PAYLOAD,
+        FailureKind.MALFORMED_HISTORY,
+    }
+)
+PAYLOAD_KINDS: frozenset[FailureKind] = frozenset(
+    {
+        FailureKind.PAYLOAD_TOO_LARGE,
+        FailureKind.WAF_REJECTION,
+        FailureKind.SUSPECTED_PAYLOAD,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +202,7 @@ class Failure:
 
 # -- successful responses (§2.6) ---------------------------------------------------------------
 
+
 def _values_at(doc: object, path: str) -> list[object]:
     current: list[object] = [doc]
     for part in path.split("."):
@@ -224,18 +235,23 @@ def _success_outcome(x: Evidence) -> Failure | None:
                         truncated = (found, wire, f"{wire} {path} = {found!r}")
     if truncated:
         return Failure(
-            FailureKind.OUTPUT_TRUNCATED, provider=SUCCESS_WIRE_PROVIDERS.get(truncated[1]),
-            evidence=truncated[2], stop_reason=truncated[0],
+            FailureKind.OUTPUT_TRUNCATED,
+            provider=SUCCESS_WIRE_PROVIDERS.get(truncated[1]),
+            evidence=truncated[2],
+            stop_reason=truncated[0],
         )
     if stop is not None or any(k in d for d in mappings for k in SUCCESS_SHAPE_KEYS):
         return Failure(
-            FailureKind.OK, provider=SUCCESS_WIRE_PROVIDERS.get(stop[1]) if stop else None,
-            evidence="successful response", stop_reason=stop[0] if stop else None,
+            FailureKind.OK,
+            provider=SUCCESS_WIRE_PROVIDERS.get(stop[1]) if stop else None,
+            evidence="successful response",
+            stop_reason=stop[0] if stop else None,
         )
     return None
 
 
 # -- matching ----------------------------------------------------------------------------------
+
 
 def _class_hit(x: Evidence, names: tuple[str, ...]) -> str | None:
     return next((n for n, root in x.classes if n in names and root in NETWORK_MODULE_ROOTS), None)
@@ -402,8 +418,13 @@ def decide(x: Evidence) -> Failure:
         reason_text = reason_text % format_payload_size(x.history_chars)
     rejected = None if kind in (FailureKind.OK, FailureKind.OUTPUT_TRUNCATED) else x.request_bytes
     return Failure(
-        kind, reason=reason, reason_text=reason_text, provider=provider, status=x.status,
-        rejected_bytes=rejected, evidence=verdict.evidence,
+        kind,
+        reason=reason,
+        reason_text=reason_text,
+        provider=provider,
+        status=x.status,
+        rejected_bytes=rejected,
+        evidence=verdict.evidence,
         context_limit_tokens=context_window(text) if kind in _WINDOW_KINDS else None,
         output_limit_tokens=_output_cap(text) if kind is FailureKind.OUTPUT_LIMIT else None,
     )

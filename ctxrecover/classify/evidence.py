@@ -127,6 +127,7 @@ def _chars(value: object) -> int:
         return 0
     return int(value) if math.isfinite(value) else 0
 
+
 def _add_text(x: _Reading, text: str) -> None:
     """Record one text; a text holding HTML is recorded as what its page shows."""
     if MARKUP.search(text):
@@ -317,8 +318,11 @@ def is_error_doc(doc: object) -> bool:
     """True for a JSON object shaped like an error body (``error``, ``type: error``, ``detail``...)."""
     if not isinstance(doc, Mapping):
         return False
-    return bool(doc.get("error")) or doc.get("type") == "error" or doc.get("object") == "error" or (
-        "__type" in doc or "detail" in doc
+    return (
+        bool(doc.get("error"))
+        or doc.get("type") == "error"
+        or doc.get("object") == "error"
+        or ("__type" in doc or "detail" in doc)
     )
 
 

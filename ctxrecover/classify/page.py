@@ -36,19 +36,62 @@ MARKUP = re.compile(
 # Content never shown to a reader.
 HIDDEN_TAGS: frozenset[str] = frozenset({"script", "style", "template", "svg", "object"})
 # Tags that start a new line of visible text, so clauses never run across blocks.
-BLOCK_TAGS: frozenset[str] = frozenset({
-    "p", "div", "br", "hr", "li", "ul", "ol", "tr", "td", "th", "table", "section", "article", "header",
-    "footer", "main", "center", "pre", "blockquote", "form", "title", "h1", "h2", "h3", "h4", "h5", "h6",
-    "dt", "dd", "body", "html", "noscript", "iframe",
-})
+BLOCK_TAGS: frozenset[str] = frozenset(
+    {
+        "p",
+        "div",
+        "br",
+        "hr",
+        "li",
+        "ul",
+        "ol",
+        "tr",
+        "td",
+        "th",
+        "table",
+        "section",
+        "article",
+        "header",
+        "footer",
+        "main",
+        "center",
+        "pre",
+        "blockquote",
+        "form",
+        "title",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "dt",
+        "dd",
+        "body",
+        "html",
+        "noscript",
+        "iframe",
+    }
+)
 HEADING_TAGS: frozenset[str] = frozenset({"h1", "h2", "h3"})
 # Attributes whose values identify a page's machinery (fingerprints read them, phrases never do).
 # Resources a stylesheet loads (``url(https://errors.aliyun.com/...)``): kept as ``style.url=`` markers.
 STYLE_URL = re.compile(r"url\(\s*['\"]?([^'\")\s]+)")
 STYLE_BLOCK = re.compile(r"<style[^>]*>(.*?)(?:</style|$)", re.IGNORECASE | re.DOTALL)  # even unterminated
-MARKER_ATTRIBUTES: frozenset[str] = frozenset({
-    "id", "class", "src", "href", "action", "name", "content", "data-translate", "data-ray", "for",
-})
+MARKER_ATTRIBUTES: frozenset[str] = frozenset(
+    {
+        "id",
+        "class",
+        "src",
+        "href",
+        "action",
+        "name",
+        "content",
+        "data-translate",
+        "data-ray",
+        "for",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +152,7 @@ class _Reducer(HTMLParser):
         if tag == "title":
             self.in_title = False
         elif tag in HIDDEN_TAGS and tag in self.hidden:
-            del self.hidden[len(self.hidden) - 1 - self.hidden[::-1].index(tag):]
+            del self.hidden[len(self.hidden) - 1 - self.hidden[::-1].index(tag) :]
         if tag in HEADING_TAGS and self.heading is not None:
             heading = " ".join(" ".join(self.heading).split())
             if heading:

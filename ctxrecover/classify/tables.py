@@ -89,29 +89,86 @@ __all__ = [
 # LiteLLM proxy budgets and Google ("billing to be enabled"): sourced samples in fixtures/errors/billing.json.
 BILLING_STATUSES: tuple[int, ...] = (402,)
 BILLING_PHRASES: tuple[str, ...] = (
-    "insufficient_quota", "exceeded your current quota", "insufficient credit", "insufficient balance",
-    "insufficient_balance", "insufficient funds", "insufficient account balance", "balance is insufficient",
-    "credit balance is too low", "out of credits", "requires more credits", "not enough credits",
-    "purchase credits", "buy credits", "add credits", "payment required", "payment_required", "spend limit",
-    "spending limit", "budget has been exceeded", "budget exceeded", "exceeded budget",
+    "insufficient_quota",
+    "exceeded your current quota",
+    "insufficient credit",
+    "insufficient balance",
+    "insufficient_balance",
+    "insufficient funds",
+    "insufficient account balance",
+    "balance is insufficient",
+    "credit balance is too low",
+    "out of credits",
+    "requires more credits",
+    "not enough credits",
+    "purchase credits",
+    "buy credits",
+    "add credits",
+    "payment required",
+    "payment_required",
+    "spend limit",
+    "spending limit",
+    "budget has been exceeded",
+    "budget exceeded",
+    "exceeded budget",
     "exceeded your budget",
-    "max budget", "billing is not enabled", "billing not enabled", "billing to be enabled", "enable billing",
-    "billing account", "billing_not_active", "billing hard limit", "arrearage", "overdue-payment",
-    "account is in good standing", "api usage limits", "credits have been exhausted", "run out of credits",
-    "ran out of credits", "no credits", "credit limit", "exceeded the credit", "quota exceeded for your plan",
+    "max budget",
+    "billing is not enabled",
+    "billing not enabled",
+    "billing to be enabled",
+    "enable billing",
+    "billing account",
+    "billing_not_active",
+    "billing hard limit",
+    "arrearage",
+    "overdue-payment",
+    "account is in good standing",
+    "api usage limits",
+    "credits have been exhausted",
+    "run out of credits",
+    "ran out of credits",
+    "no credits",
+    "credit limit",
+    "exceeded the credit",
+    "quota exceeded for your plan",
 )
 # Gemini words a per-minute limit like OpenAI's insufficient_quota but asks to come back in seconds:
 # that is a rate limit.
 RETRY_CUE_PHRASES: tuple[str, ...] = (
-    "retry in", "try again in", "retrydelay", "retry_delay", "retry after", "per minute", "perminute",
+    "retry in",
+    "try again in",
+    "retrydelay",
+    "retry_delay",
+    "retry after",
+    "per minute",
+    "perminute",
 )
 
 RATE_LIMIT_STATUSES: tuple[int, ...] = (429, 529)
 RATE_LIMIT_PHRASES: tuple[str, ...] = (
-    "tokens per min", "tokens per day", "requests per min", "requests per day", "rate limit",
-    "rate_limit", "ratelimit", "rate-limit", "throttl", "quota", "overloaded", "too many requests",
-    "resource_exhausted", "resource has been exhausted", "per hour", "per month", "monthly", "daily limit",
-    "usage limit", "concurrency limit", "too many concurrent", "capacity exceeded", "at capacity",
+    "tokens per min",
+    "tokens per day",
+    "requests per min",
+    "requests per day",
+    "rate limit",
+    "rate_limit",
+    "ratelimit",
+    "rate-limit",
+    "throttl",
+    "quota",
+    "overloaded",
+    "too many requests",
+    "resource_exhausted",
+    "resource has been exhausted",
+    "per hour",
+    "per month",
+    "monthly",
+    "daily limit",
+    "usage limit",
+    "concurrency limit",
+    "too many concurrent",
+    "capacity exceeded",
+    "at capacity",
 )
 RATE_LIMIT_WORDS: tuple[str, ...] = ("tpm", "rpm", "tpd", "rpd", "itpm", "otpm")
 
@@ -119,23 +176,42 @@ PAYLOAD_STATUSES: tuple[int, ...] = (413, 431)
 HEADER_STATUS = 431
 # The reason phrases of 413/431 only restate the status (httpx puts them in every str(exc)).
 PAYLOAD_REASON_PHRASES: tuple[str, ...] = (
-    "payload too large", "request entity too large", "content too large",
+    "payload too large",
+    "request entity too large",
+    "content too large",
 )
 PAYLOAD_PHRASES: tuple[str, ...] = (
-    "body too large", "request body exceeded", "maximum request size",
-    "request_too_large", "maximum allowed number of bytes", "request too long",
-    "request that was too large", "requestentitytoolarge", "payloadtoolarge",
-    "larger than the configured limit", "request must be smaller than", "request exceeds the maximum size",
-    "value at 'body' failed to satisfy constraint", "http content length exceeded",
+    "body too large",
+    "request body exceeded",
+    "maximum request size",
+    "request_too_large",
+    "maximum allowed number of bytes",
+    "request too long",
+    "request that was too large",
+    "requestentitytoolarge",
+    "payloadtoolarge",
+    "larger than the configured limit",
+    "request must be smaller than",
+    "request exceeds the maximum size",
+    "value at 'body' failed to satisfy constraint",
+    "http content length exceeded",
 )
 # A request whose *headers* are over a limit (431, nginx's 400 "Request Header Or Cookie Too Large", Apache's
 # "Size of a request header field exceeds server limit"): reason header_431, never a body cap (SPEC §11).
 HEADER_FAULT_PHRASES: tuple[str, ...] = (
-    "request header fields too large", "request header or cookie too large", "header fields too large",
-    "headers too large", "header too large", "request header field exceeds",
+    "request header fields too large",
+    "request header or cookie too large",
+    "header fields too large",
+    "headers too large",
+    "header too large",
+    "request header field exceeds",
     "header field exceeds server limit",
-    "size of a request header field exceeds", "header size exceeds", "cookie too large", "too many headers",
-    "headers are too large", "header is too large",
+    "size of a request header field exceeds",
+    "header size exceeds",
+    "cookie too large",
+    "too many headers",
+    "headers are too large",
+    "header is too large",
 )
 # Wording shapes of a byte cap: a size subject and an excess in one clause, no token subject (regex sources).
 PAYLOAD_SUBJECT = (
@@ -145,46 +221,88 @@ PAYLOAD_SUBJECT = (
 
 WAF_GATE_PHRASES: tuple[str, ...] = ("forbidden",)
 WAF_SIGNAL_PHRASES: tuple[str, ...] = (
-    "firewall", "security policy", "security rule", "blocked by", "cloudflare", "cf-ray",
-    "mod_security", "modsecurity", "akamai", "edgesuite", "proxy denied", "policy violation",
-    "request blocked", "request rejected", "incapsula", "imperva", "sucuri", "fortiweb", "fortigate",
-    "zscaler", "barracuda",
+    "firewall",
+    "security policy",
+    "security rule",
+    "blocked by",
+    "cloudflare",
+    "cf-ray",
+    "mod_security",
+    "modsecurity",
+    "akamai",
+    "edgesuite",
+    "proxy denied",
+    "policy violation",
+    "request blocked",
+    "request rejected",
+    "incapsula",
+    "imperva",
+    "sucuri",
+    "fortiweb",
+    "fortigate",
+    "zscaler",
+    "barracuda",
 )
 WAF_SIGNAL_WORDS: tuple[str, ...] = ("waf",)
 WAF_SIGNAL_HEADERS: tuple[str, ...] = ("cf-mitigated", "x-amzn-waf-action")
 HTML_AS_JSON_PHRASES: tuple[str, ...] = (
-    "invalid character '<'", "deserialization failed", "failed to decode response body",
+    "invalid character '<'",
+    "deserialization failed",
+    "failed to decode response body",
 )
 # A forward proxy asking for *its* credentials (squid ERR_CACHE_ACCESS_DENIED, 407) is auth, not a block.
 PROXY_AUTH_PHRASES: tuple[str, ...] = (
-    "proxy authentication required", "cache access denied", "until you have authenticated yourself",
-    "proxy-authorization", "proxy authorization required",
+    "proxy authentication required",
+    "cache access denied",
+    "until you have authenticated yourself",
+    "proxy-authorization",
+    "proxy authorization required",
 )
 PROXY_AUTH_STATUS = 407
 
 MALFORMED_HISTORY_PHRASES: tuple[str, ...] = (
-    "ids were found without tool_result blocks", "unexpected tool_use_id found in tool_result",
-    "must have a corresponding tool_use block", "must have a corresponding tool_result block",
-    "tool_result block(s) provided when previous message", "roles must alternate",
+    "ids were found without tool_result blocks",
+    "unexpected tool_use_id found in tool_result",
+    "must have a corresponding tool_use block",
+    "must have a corresponding tool_result block",
+    "tool_result block(s) provided when previous message",
+    "roles must alternate",
     "must be followed by tool messages responding to each 'tool_call_id'",
-    "did not have response messages", "must be a response to a preceeding message with 'tool_calls'",
+    "did not have response messages",
+    "must be a response to a preceeding message with 'tool_calls'",
     "must be a response to a preceding message with 'tool_calls'",
-    "no tool output found for function call", "no tool call found for function call output",
-    "function call turn comes immediately after", "function response turn comes immediately after",
-    "number of function response parts is equal", "messages following tool_use blocks must begin with",
-    "alternate between user and model", "must alternate between user and assistant",
-    "exceeds the number of tooluse blocks", "expected toolresult blocks",
-    "not the same number of function calls and responses", "unexpected role 'user' after role 'tool'",
-    "must end with a user message", "must start with a user message", "must begin with a user message",
+    "no tool output found for function call",
+    "no tool call found for function call output",
+    "function call turn comes immediately after",
+    "function response turn comes immediately after",
+    "number of function response parts is equal",
+    "messages following tool_use blocks must begin with",
+    "alternate between user and model",
+    "must alternate between user and assistant",
+    "exceeds the number of tooluse blocks",
+    "expected toolresult blocks",
+    "not the same number of function calls and responses",
+    "unexpected role 'user' after role 'tool'",
+    "must end with a user message",
+    "must start with a user message",
+    "must begin with a user message",
     "does not support assistant message prefill",
 )
 
 # A response cut at its output cap, reported as an error text (SDK parse helpers, agent frameworks).
 OUTPUT_TRUNCATED_PHRASES: tuple[str, ...] = (
-    "length limit was reached", "max_tokens was reached", "max_tokens limit was reached",
-    "max_output_tokens was reached", "model output limit was reached", "finish_reason='length'",
-    "finish_reason: length", "finish_reason=length", "stop_reason: max_tokens", "stop_reason='max_tokens'",
-    "hit the max_tokens limit", "reached max_tokens",
+    "length limit was reached",
+    "max_tokens was reached",
+    "max_tokens limit was reached",
+    "max_output_tokens was reached",
+    "model output limit was reached",
+    "finish_reason='length'",
+    "finish_reason: length",
+    "finish_reason=length",
+    "stop_reason: max_tokens",
+    "stop_reason='max_tokens'",
+    "hit the max_tokens limit",
+    "reached max_tokens",
 )
 
 # An output parameter (max_tokens & co.) over the model's limit: lower it, never compact (SPEC §11).
@@ -225,17 +343,38 @@ OUTPUT_LIMIT_VALUES: tuple[tuple[str, str], ...] = (
     (r"model limit of (\d+)", "value"),
     (r"from \d+ \(inclusive\) to (\d+) \(exclusive\)", "exclusive"),
     (r"range (?:of [\w ]+ )?(?:is|should be)?:? ?\[\s*\d+\s*,\s*(\d+)\s*\]", "value"),
-    (r"(?:less than or equal to|<=|at most|no more than|not exceed|maximum value (?:for \w+ )?is) ?(\d+)",
-     "value"),
+    (
+        r"(?:less than or equal to|<=|at most|no more than|not exceed|maximum value (?:for \w+ )?is) ?(\d+)",
+        "value",
+    ),
 )
 
 CONTEXT_OVERFLOW_PHRASES: tuple[str, ...] = (
-    "context length", "context window", "context_length_exceeded", "context-length-exceeded",
-    "maximum context", "max context", "prompt is too long", "prompt too long", "input too long",
-    "input is too long", "request too large", "too many tokens", "token limit", "input token count",
-    "maximum prompt length", "maximum number of tokens", "exceeds the maximum", "exceeds model",
-    "reduce the length", "reduce your prompt", "messages too long", "conversation too long",
-    "too long", "available context size", "expected maxlength",
+    "context length",
+    "context window",
+    "context_length_exceeded",
+    "context-length-exceeded",
+    "maximum context",
+    "max context",
+    "prompt is too long",
+    "prompt too long",
+    "input too long",
+    "input is too long",
+    "request too large",
+    "too many tokens",
+    "token limit",
+    "input token count",
+    "maximum prompt length",
+    "maximum number of tokens",
+    "exceeds the maximum",
+    "exceeds model",
+    "reduce the length",
+    "reduce your prompt",
+    "messages too long",
+    "conversation too long",
+    "too long",
+    "available context size",
+    "expected maxlength",
 )
 # The structure every provider and server words an overflow with: a subject (what is too big) and an excess
 # (how) in one clause — "prompt token count of 93854 exceeds the limit", "inputs tokens + max_new_tokens must
@@ -258,29 +397,62 @@ OVERFLOW_EXCESS = (
 )
 # A text that lists possible causes ("this might be due to: ... large context ...") diagnoses nothing.
 HEDGE_PHRASES: tuple[str, ...] = (
-    "might be due to", "may be due to", "could be due to", "possible causes", "possible reasons",
+    "might be due to",
+    "may be due to",
+    "could be due to",
+    "possible causes",
+    "possible reasons",
     "one of the following reasons",
 )
 # Texts that name a size but are parameter errors: another field than the conversation (a tool's name, a URL),
 # a pydantic validation of a scalar. Never overflow, never payload.
 PARAMETER_ERROR_SHAPES: tuple[str, ...] = (
     r"invalid '(?!(?:messages|input|contents|prompt|system|instructions)\b)[\w.\[\]-]+'",
-    r"\binput should be\b", r"\binput_value=", r"\[type=\w+",
+    r"\binput should be\b",
+    r"\binput_value=",
+    r"\[type=\w+",
     r"\b(?:request-?)?(?:uri|url|filename|file name|path|argument list) (?:is )?too long",
     r"\b(?:tools|functions)\b[^.\n]{0,40}\b(?:exceed\w*|too many|too long)",
 )
 AUTH_STATUSES: tuple[int, ...] = (401, 403, 407)
 AUTH_PHRASES: tuple[str, ...] = (
-    "invalid api key", "invalid_api_key", "incorrect api key", "api key not valid", "invalid x-api-key",
-    "authentication_error", "authentication failed", "invalid authentication", "unauthorized",
-    "permission denied", "permission_denied", "accessdeniedexception", "unrecognizedclientexception",
-    "security token included in the request is invalid", "missing authentication token",
-    "permission_error", "does not have permission", "do not have permission", "don't have access",
-    "do not have access", "does not have access", "invalid subscription key", "not authorized to perform",
-    "unauthenticated", "api key expired", "expired api key",
-    "no api key", "api key is missing", "missing api key", "token has expired",
-    "token is expired", "expiredtokenexception", "incorrect_api_key", "auth credentials",
-    "invalid credentials", "missing credentials", "credentials not found",
+    "invalid api key",
+    "invalid_api_key",
+    "incorrect api key",
+    "api key not valid",
+    "invalid x-api-key",
+    "authentication_error",
+    "authentication failed",
+    "invalid authentication",
+    "unauthorized",
+    "permission denied",
+    "permission_denied",
+    "accessdeniedexception",
+    "unrecognizedclientexception",
+    "security token included in the request is invalid",
+    "missing authentication token",
+    "permission_error",
+    "does not have permission",
+    "do not have permission",
+    "don't have access",
+    "do not have access",
+    "does not have access",
+    "invalid subscription key",
+    "not authorized to perform",
+    "unauthenticated",
+    "api key expired",
+    "expired api key",
+    "no api key",
+    "api key is missing",
+    "missing api key",
+    "token has expired",
+    "token is expired",
+    "expiredtokenexception",
+    "incorrect_api_key",
+    "auth credentials",
+    "invalid credentials",
+    "missing credentials",
+    "credentials not found",
 )
 
 # A provider's own content policy (moderation, safety system, usage policy): the request is refused for what
@@ -288,61 +460,148 @@ AUTH_PHRASES: tuple[str, ...] = (
 # Sources: OpenAI content_policy_violation / invalid_prompt, Azure OpenAI content management policy, Gemini
 # IMAGE_SAFETY, Anthropic "Output blocked by content filtering policy" (samples in fixtures/errors/).
 CONTENT_POLICY_PHRASES: tuple[str, ...] = (
-    "content policy", "content_policy", "safety system", "content moderation", "usage policy",
+    "content policy",
+    "content_policy",
+    "safety system",
+    "content moderation",
+    "usage policy",
     "usage policies",
-    "content management policy", "content filter", "content_filter", "safety policy", "responsible ai",
-    "flagged as", "was flagged", "violate our policies", "violating our", "may violate", "image_safety",
-    "unsafe_generation", "moderation",
+    "content management policy",
+    "content filter",
+    "content_filter",
+    "safety policy",
+    "responsible ai",
+    "flagged as",
+    "was flagged",
+    "violate our policies",
+    "violating our",
+    "may violate",
+    "image_safety",
+    "unsafe_generation",
+    "moderation",
 )
 
 # A model or route that does not exist (404): "other", read before the auth phrases, since OpenAI words it
 # "does not exist or you do not have access to it".
 NOT_FOUND_STATUS = 404
 NOT_FOUND_PHRASES: tuple[str, ...] = (
-    "does not exist", "model_not_found", "not_found_error", "no such model", "unknown model",
-    "model not found", "was not found", "is not found", "could not find model", "not_found",
+    "does not exist",
+    "model_not_found",
+    "not_found_error",
+    "no such model",
+    "unknown model",
+    "model not found",
+    "was not found",
+    "is not found",
+    "could not find model",
+    "not_found",
 )
 
 TIMEOUT_PHRASES: tuple[str, ...] = (
-    "deadline exceeded", "timed out", "timeout", "time-out", "time out",
+    "deadline exceeded",
+    "timed out",
+    "timeout",
+    "time-out",
+    "time out",
 )
 EOF_RESET_PHRASES: tuple[str, ...] = (
-    "unexpected eof", "connection reset", "broken pipe", "stream error", "reset by peer",
-    "server disconnected", "peer closed connection", "connection aborted", "incomplete chunked read",
-    "remote end closed connection", "eof occurred in violation of protocol",
+    "unexpected eof",
+    "connection reset",
+    "broken pipe",
+    "stream error",
+    "reset by peer",
+    "server disconnected",
+    "peer closed connection",
+    "connection aborted",
+    "incomplete chunked read",
+    "remote end closed connection",
+    "eof occurred in violation of protocol",
 )
 TRANSIENT_NETWORK_PHRASES: tuple[str, ...] = (
-    "connection refused", "connection error", "network is unreachable", "no route to host",
-    "name resolution", "name or service not known", "all connection attempts failed",
-    "upstream connect error", "bad gateway", "service unavailable", "temporarily unavailable",
+    "connection refused",
+    "connection error",
+    "network is unreachable",
+    "no route to host",
+    "name resolution",
+    "name or service not known",
+    "all connection attempts failed",
+    "upstream connect error",
+    "bad gateway",
+    "service unavailable",
+    "temporarily unavailable",
 )
 TRANSIENT_STATUSES: tuple[int, ...] = (408, 500, 502, 503, 504, 520, 521, 522, 523, 524)
 # A server's own fault, said in words (OpenAI "server_error", Anthropic "api_error"/"Internal server error"):
 # transient, but read last — llama.cpp answers an overflow with type "server_error" and status 500.
 SERVER_FAULT_PHRASES: tuple[str, ...] = (
-    "server had an error", "internal server error", "server_error", "api_error", "internal error",
-    "an error occurred while processing your request", "backend error", "upstream error",
-    "internal_server_error", "internalservererror", "serviceunavailable", "service_unavailable",
-    "the server is currently unable", "please try again later",
+    "server had an error",
+    "internal server error",
+    "server_error",
+    "api_error",
+    "internal error",
+    "an error occurred while processing your request",
+    "backend error",
+    "upstream error",
+    "internal_server_error",
+    "internalservererror",
+    "serviceunavailable",
+    "service_unavailable",
+    "the server is currently unable",
+    "please try again later",
 )
 
 # Exception classes, matched by name on the MRO when the class lives in a network module.
 NETWORK_MODULE_ROOTS: tuple[str, ...] = (
-    "httpx", "httpx2", "httpcore", "httpcore2", "builtins", "socket", "ssl", "http", "h11", "h2",
-    "anyio", "urllib3", "requests", "aiohttp", "openai", "anthropic",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "builtins",
+    "socket",
+    "ssl",
+    "http",
+    "h11",
+    "h2",
+    "anyio",
+    "urllib3",
+    "requests",
+    "aiohttp",
+    "openai",
+    "anthropic",
 )
 TIMEOUT_CLASSES: tuple[str, ...] = (
-    "TimeoutException", "TimeoutError", "APITimeoutError", "ReadTimeout", "WriteTimeout",
-    "ConnectTimeout", "PoolTimeout", "Timeout",
+    "TimeoutException",
+    "TimeoutError",
+    "APITimeoutError",
+    "ReadTimeout",
+    "WriteTimeout",
+    "ConnectTimeout",
+    "PoolTimeout",
+    "Timeout",
 )
 EOF_RESET_CLASSES: tuple[str, ...] = (
-    "RemoteProtocolError", "ReadError", "WriteError", "ConnectionResetError", "BrokenPipeError",
-    "ConnectionAbortedError", "RemoteDisconnected", "IncompleteRead", "SSLEOFError",
-    "ServerDisconnectedError", "ChunkedEncodingError", "EndOfStream", "BrokenResourceError",
+    "RemoteProtocolError",
+    "ReadError",
+    "WriteError",
+    "ConnectionResetError",
+    "BrokenPipeError",
+    "ConnectionAbortedError",
+    "RemoteDisconnected",
+    "IncompleteRead",
+    "SSLEOFError",
+    "ServerDisconnectedError",
+    "ChunkedEncodingError",
+    "EndOfStream",
+    "BrokenResourceError",
 )
 TRANSIENT_NETWORK_CLASSES: tuple[str, ...] = (
-    "ConnectError", "NetworkError", "TransportError", "APIConnectionError", "ConnectionError",
-    "gaierror", "ProxyError",
+    "ConnectError",
+    "NetworkError",
+    "TransportError",
+    "APIConnectionError",
+    "ConnectionError",
+    "gaierror",
+    "ProxyError",
 )
 OUTPUT_TRUNCATED_CLASSES: tuple[str, ...] = ("LengthFinishReasonError",)
 
@@ -362,12 +621,24 @@ OUTPUT_TRUNCATION_STOP_REASONS: tuple[tuple[str, str, str], ...] = (
     ("llama.cpp", "stop_type", "limit"),
 )
 SUCCESS_WIRE_PROVIDERS: dict[str, str] = {
-    "openai-responses": "openai", "anthropic": "anthropic", "anthropic-stream": "anthropic",
-    "bedrock-converse": "bedrock", "gemini": "gemini", "ollama": "ollama", "llama.cpp": "llama.cpp",
+    "openai-responses": "openai",
+    "anthropic": "anthropic",
+    "anthropic-stream": "anthropic",
+    "bedrock-converse": "bedrock",
+    "gemini": "gemini",
+    "ollama": "ollama",
+    "llama.cpp": "llama.cpp",
 }
 SUCCESS_SHAPE_KEYS: tuple[str, ...] = (
-    "choices", "candidates", "stop_reason", "stopReason", "output", "done_reason", "done",
-    "incomplete_details", "usageMetadata",
+    "choices",
+    "candidates",
+    "stop_reason",
+    "stopReason",
+    "output",
+    "done_reason",
+    "done",
+    "incomplete_details",
+    "usageMetadata",
 )
 
 # §2.5: reason label and text per recoverable-by-compaction kind.
@@ -383,42 +654,90 @@ NOTICE_TEMPLATE = "⚠ Recoverable failure (%s) — compacting and retrying"
 
 # Provider / middlebox identification, best effort, first match wins.
 HOST_PROVIDERS: tuple[tuple[str, str], ...] = (
-    ("openai.azure.com", "azure"), ("azure", "azure"), ("api.openai.com", "openai"),
-    ("anthropic.com", "anthropic"), ("generativelanguage.googleapis.com", "gemini"),
-    ("aiplatform.googleapis.com", "vertex"), ("bedrock", "bedrock"), ("api.x.ai", "xai"),
-    ("mistral.ai", "mistral"), ("groq.com", "groq"), ("openrouter.ai", "openrouter"),
+    ("openai.azure.com", "azure"),
+    ("azure", "azure"),
+    ("api.openai.com", "openai"),
+    ("anthropic.com", "anthropic"),
+    ("generativelanguage.googleapis.com", "gemini"),
+    ("aiplatform.googleapis.com", "vertex"),
+    ("bedrock", "bedrock"),
+    ("api.x.ai", "xai"),
+    ("mistral.ai", "mistral"),
+    ("groq.com", "groq"),
+    ("openrouter.ai", "openrouter"),
     (":11434", "ollama"),
 )
 TEXT_PROVIDERS: tuple[tuple[str, str], ...] = (
-    ("openrouter", "openrouter"), ("azure", "azure"), ("bedrock", "bedrock"),
-    ("validationexception", "bedrock"), ("throttlingexception", "bedrock"), ("groq", "groq"),
-    ("exceed_context_size_error", "llama.cpp"), ("context shift", "llama.cpp"), ("llama.cpp", "llama.cpp"),
-    ("ollama", "ollama"), ("vllm", "vllm"), ("mistral", "mistral"), ("maximum prompt length", "xai"),
-    ("x.ai", "xai"), ("generativelanguage", "gemini"), ("gemini", "gemini"),
-    ("invalid_argument", "gemini"), ("resource_exhausted", "gemini"), ("anthropic", "anthropic"),
-    ("overloaded_error", "anthropic"), ("prompt is too long", "anthropic"), ("openai", "openai"),
+    ("openrouter", "openrouter"),
+    ("azure", "azure"),
+    ("bedrock", "bedrock"),
+    ("validationexception", "bedrock"),
+    ("throttlingexception", "bedrock"),
+    ("groq", "groq"),
+    ("exceed_context_size_error", "llama.cpp"),
+    ("context shift", "llama.cpp"),
+    ("llama.cpp", "llama.cpp"),
+    ("ollama", "ollama"),
+    ("vllm", "vllm"),
+    ("mistral", "mistral"),
+    ("maximum prompt length", "xai"),
+    ("x.ai", "xai"),
+    ("generativelanguage", "gemini"),
+    ("gemini", "gemini"),
+    ("invalid_argument", "gemini"),
+    ("resource_exhausted", "gemini"),
+    ("anthropic", "anthropic"),
+    ("overloaded_error", "anthropic"),
+    ("prompt is too long", "anthropic"),
+    ("openai", "openai"),
 )
 HEADER_PROVIDERS: tuple[tuple[str, str], ...] = (
-    ("openai-", "openai"), ("anthropic-", "anthropic"), ("x-amzn-bedrock-", "bedrock"),
-    ("apim-request-id", "azure"), ("x-ms-region", "azure"), ("x-groq-", "groq"),
+    ("openai-", "openai"),
+    ("anthropic-", "anthropic"),
+    ("x-amzn-bedrock-", "bedrock"),
+    ("apim-request-id", "azure"),
+    ("x-ms-region", "azure"),
+    ("x-groq-", "groq"),
 )
 OPENAI_ERROR_KEYS: frozenset[str] = frozenset({"message", "type", "param", "code"})
 MODULE_PROVIDERS: tuple[tuple[str, str], ...] = (
-    ("openai", "openai"), ("anthropic", "anthropic"), ("google", "gemini"), ("botocore", "bedrock"),
-    ("mistralai", "mistral"), ("groq", "groq"),
+    ("openai", "openai"),
+    ("anthropic", "anthropic"),
+    ("google", "gemini"),
+    ("botocore", "bedrock"),
+    ("mistralai", "mistral"),
+    ("groq", "groq"),
 )
 MIDDLEBOX_TEXT: tuple[tuple[str, str], ...] = (
-    ("cloudflare", "cloudflare"), ("cf-ray", "cloudflare"), ("akamai", "akamai"),
-    ("edgesuite", "akamai"), ("incapsula", "imperva"), ("imperva", "imperva"),
-    ("mod_security", "modsecurity"), ("modsecurity", "modsecurity"),
-    ("the requested url was rejected", "f5"), ("big-ip", "f5"), ("bigip", "f5"), ("cloudfront", "cloudfront"),
-    ("aws waf", "aws-waf"), ("awselb", "aws-alb"), ("microsoft-azure-application-gateway", "azure-appgw"),
-    ("envoy", "envoy"), ("fortigate", "fortinet"), ("fortiweb", "fortinet"), ("zscaler", "zscaler"),
-    ("sucuri", "sucuri"), ("nginx", "nginx"), ("apache", "apache"),
+    ("cloudflare", "cloudflare"),
+    ("cf-ray", "cloudflare"),
+    ("akamai", "akamai"),
+    ("edgesuite", "akamai"),
+    ("incapsula", "imperva"),
+    ("imperva", "imperva"),
+    ("mod_security", "modsecurity"),
+    ("modsecurity", "modsecurity"),
+    ("the requested url was rejected", "f5"),
+    ("big-ip", "f5"),
+    ("bigip", "f5"),
+    ("cloudfront", "cloudfront"),
+    ("aws waf", "aws-waf"),
+    ("awselb", "aws-alb"),
+    ("microsoft-azure-application-gateway", "azure-appgw"),
+    ("envoy", "envoy"),
+    ("fortigate", "fortinet"),
+    ("fortiweb", "fortinet"),
+    ("zscaler", "zscaler"),
+    ("sucuri", "sucuri"),
+    ("nginx", "nginx"),
+    ("apache", "apache"),
 )
 MIDDLEBOX_HEADERS: tuple[tuple[str, str], ...] = (
-    ("cf-ray", "cloudflare"), ("cf-mitigated", "cloudflare"), ("x-amzn-waf-action", "aws-waf"),
-    ("x-iinfo", "imperva"), ("x-sucuri-id", "sucuri"),
+    ("cf-ray", "cloudflare"),
+    ("cf-mitigated", "cloudflare"),
+    ("x-amzn-waf-action", "aws-waf"),
+    ("x-iinfo", "imperva"),
+    ("x-sucuri-id", "sucuri"),
 )
 
 
@@ -440,34 +759,44 @@ GO_EOF_SUFFIX = re.compile(r":\s*eof\s*$", re.MULTILINE)  # Go's `Post "https://
 
 
 # Overflow texts that state the model's real window, in tokens (the last group is the limit).
-CONTEXT_LIMIT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
-    r"maximum context length is (\d+) tokens",                          # OpenAI chat, vLLM
-    r"prompt is too long: \d+ tokens > (\d+) maximum",                   # Anthropic
-    r"exceed context limit: \d+ \+ \d+ > (\d+)",                          # Anthropic, input + max_tokens
-    r"maximum number of tokens allowed \((\d+)\)",                      # Gemini
-    r"(\d+) maximum context length",                                     # "too large for model with N ..."
-    r"context window of (\d+) tokens",                                   # generic
-    r"exceeds the context window \((\d+)\)",
-    r"inputs tokens \+ max_new_tokens must be <= (\d+)",                 # TGI, Together
-    r"maximum supported sequence length is (?:just )?(\d+)",             # SambaNova
-    r"available context size \((\d+) tokens\)",                         # llama.cpp
-))
+CONTEXT_LIMIT_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p)
+    for p in (
+        r"maximum context length is (\d+) tokens",  # OpenAI chat, vLLM
+        r"prompt is too long: \d+ tokens > (\d+) maximum",  # Anthropic
+        r"exceed context limit: \d+ \+ \d+ > (\d+)",  # Anthropic, input + max_tokens
+        r"maximum number of tokens allowed \((\d+)\)",  # Gemini
+        r"(\d+) maximum context length",  # "too large for model with N ..."
+        r"context window of (\d+) tokens",  # generic
+        r"exceeds the context window \((\d+)\)",
+        r"inputs tokens \+ max_new_tokens must be <= (\d+)",  # TGI, Together
+        r"maximum supported sequence length is (?:just )?(\d+)",  # SambaNova
+        r"available context size \((\d+) tokens\)",  # llama.cpp
+    )
+)
 # The budget an overflow text breaks down: how many tokens the *input* takes (messages/prompt) and how many
 # the *output* reserves (completion, max_new_tokens). With the window (CONTEXT_LIMIT_PATTERNS) they decide
 # between the kinds: an input that fits while the output budget pushes the sum over is an output limit
 # (lower max_tokens to window − input); an input over the window is an overflow (compact).
-INPUT_BUDGET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
-    r"\((\d+) (?:in|of|for) (?:the |your )?(?:messages?|prompt|text input|input)",  # OpenAI, vLLM, OpenRouter
-    r"your messages resulted in (\d+) tokens",                          # OpenAI chat
-    r"given: (\d+) inputs tokens",                                      # TGI, Together
-    r"your request has (\d+) input tokens",                             # vLLM >= 0.6
-    r"context limit: (\d+) \+ \d+ >",                                   # Anthropic
-    r"prompt is (\d+) tokens long",                                     # SambaNova
-))
-OUTPUT_BUDGET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
-    r"(\d+) (?:in|for) (?:the )?(?:completion|output)\)",
-    r"(\d+) max_new_tokens",
-    r"context limit: \d+ \+ (\d+) >",
-    r"generating (\d+) tokens",
-    r"is too large: (\d+)",
-))
+INPUT_BUDGET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p)
+    for p in (
+        # OpenAI, vLLM, OpenRouter
+        r"\((\d+) (?:in|of|for) (?:the |your )?(?:messages?|prompt|text input|input)",
+        r"your messages resulted in (\d+) tokens",  # OpenAI chat
+        r"given: (\d+) inputs tokens",  # TGI, Together
+        r"your request has (\d+) input tokens",  # vLLM >= 0.6
+        r"context limit: (\d+) \+ \d+ >",  # Anthropic
+        r"prompt is (\d+) tokens long",  # SambaNova
+    )
+)
+OUTPUT_BUDGET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p)
+    for p in (
+        r"(\d+) (?:in|for) (?:the )?(?:completion|output)\)",
+        r"(\d+) max_new_tokens",
+        r"context limit: \d+ \+ (\d+) >",
+        r"generating (\d+) tokens",
+        r"is too large: (\d+)",
+    )
+)

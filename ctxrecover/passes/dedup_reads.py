@@ -149,9 +149,7 @@ def parse_cat_n(message: Message, call: ToolCall | None) -> list[ReadBlock]:
         return []
     if not isinstance(arguments, dict):
         return []
-    path = next(
-        (v for k in CAT_N_PATH_KEYS if isinstance(v := arguments.get(k), str) and v.strip()), None
-    )
+    path = next((v for k in CAT_N_PATH_KEYS if isinstance(v := arguments.get(k), str) and v.strip()), None)
     if path is None:
         return []
     lines = [line for line in message.content.splitlines() if line.strip()]
@@ -209,9 +207,7 @@ def _parsed(msg: Message, call: ToolCall | None, parsers: Sequence[ReadParser]) 
     return blocks
 
 
-def _reads(
-    history: list[Message], parsers: Sequence[ReadParser]
-) -> list[tuple[int, list[ReadBlock]]]:
+def _reads(history: list[Message], parsers: Sequence[ReadParser]) -> list[tuple[int, list[ReadBlock]]]:
     reads: list[tuple[int, list[ReadBlock]]] = []
     for i, (msg, call) in enumerate(zip(history, _owning_calls(history), strict=True)):
         if msg.preserve_verbatim or msg.is_summary:

@@ -118,6 +118,7 @@ _PARAGRAPH_BREAK_RE = re.compile(r"\n[ \t]*\n")
 
 # -- tool catalogue -------------------------------------------------------
 
+
 def one_line_description(text: str | None, limit: int = DEFAULT_DESCRIPTION_CHARS) -> str:
     """The first sentence of ``text`` on one line, at most ``limit`` chars.
 
@@ -247,6 +248,7 @@ def describe_tool(tools: Iterable[object], name: str) -> str:
 
 
 # -- skill injection ------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class SkillBlock:
@@ -456,6 +458,7 @@ class SkillInjector:
 
 
 # -- skill aging ----------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class SkillAgingReport:

@@ -174,8 +174,7 @@ def trim_history(
     """
     if feedback_max_chars < MIN_FEEDBACK_MAX_CHARS:
         raise ValueError(
-            f"trim_history needs feedback_max_chars >= {MIN_FEEDBACK_MAX_CHARS} "
-            f"(got {feedback_max_chars})"
+            f"trim_history needs feedback_max_chars >= {MIN_FEEDBACK_MAX_CHARS} (got {feedback_max_chars})"
         )
     if min(block_head_chars, block_tail_chars) < 0 or (
         block_head_chars + block_tail_chars + len(BLOCK_OMISSION) >= block_max_chars

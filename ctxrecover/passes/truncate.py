@@ -54,8 +54,7 @@ __all__ = [
 TRUNCATION_SEPARATOR = "\n... [truncated] ...\n"
 RECALL_SUFFIX = "\n[full content recoverable via @recall {marker}]"
 CONTEXT_TRUNCATED_NOTICE = (
-    "[CONTEXT TRUNCATED: %d messages removed due to context window limit. "
-    "Recent context preserved below.]"
+    "[CONTEXT TRUNCATED: %d messages removed due to context window limit. Recent context preserved below.]"
 )
 DROPPED_TRANSCRIPT_NOTE = "\n[full transcript of the dropped messages recoverable via @recall {marker}]"
 CONTEXT_COMPACTED_NOTICE = (

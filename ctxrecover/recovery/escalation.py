@@ -31,6 +31,7 @@ CONTINUATION_TEXT = (
 )
 ESCALATION_FACTOR = 2
 
+
 class OutputEscalation:
     """Escalation state of one session: the escalated ``max_tokens`` and the escalation counts.
 

@@ -106,6 +106,7 @@ class Judgement:
 
 # -- cap strategies -------------------------------------------------------------------------------------
 
+
 def _three_quarters(accepted: int, rejected: int, policy: Policy) -> int:
     return max(accepted, int(rejected * policy.learned_cap_factor))
 
@@ -125,6 +126,7 @@ CAP_TARGETS: Mapping[str, Callable[[int, int, Policy], int] | None] = {
 
 
 # -- the model ------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class GatewayModel:
@@ -168,8 +170,10 @@ class GatewayModel:
                 f"GatewayModel.strategy must be one of {', '.join(map(repr, CAP_STRATEGIES))} "
                 f"(got {self.strategy!r})"
             )
-        if isinstance(self.resolution, bool) or not isinstance(self.resolution, int | float) or not (
-            0 <= self.resolution < 1
+        if (
+            isinstance(self.resolution, bool)
+            or not isinstance(self.resolution, int | float)
+            or not (0 <= self.resolution < 1)
         ):
             raise ConfigError(
                 f"GatewayModel.resolution must be a fraction in [0, 1) (got {self.resolution!r})"
@@ -328,7 +332,7 @@ class GatewayModel:
         if not key or size <= 0:
             return self
         entry = RefusedBody(key, size, verdict.value)
-        kept = tuple(r for r in self.refused if r.key != key)[-(REFUSED_MEMORY - 1):]
+        kept = tuple(r for r in self.refused if r.key != key)[-(REFUSED_MEMORY - 1) :]
         return dataclasses.replace(self, refused=(*kept, entry))
 
     def retract_to(self, earlier: GatewayModel) -> GatewayModel:
@@ -416,8 +420,10 @@ def cap_notice(before: GatewayModel, after: GatewayModel, *, accepted: bool = Fa
     """
     if after.learned_cap == before.learned_cap:
         return None
-    if after.learned_cap is not None and before.learned_cap is not None and (
-        accepted or format_payload_size(after.learned_cap) == format_payload_size(before.learned_cap)
+    if (
+        after.learned_cap is not None
+        and before.learned_cap is not None
+        and (accepted or format_payload_size(after.learned_cap) == format_payload_size(before.learned_cap))
     ):
         return None  # a rise from an accepted request, or a move too small to show: said already
     if after.learned_cap is None:

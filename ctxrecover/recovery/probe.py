@@ -37,7 +37,8 @@ def unproven(history: Sequence[Message], fresh: Mapping[int, Message]) -> tuple[
     stubs, verbatim messages and the leading system messages aside."""
     start = leading_system_count(history)
     return tuple(
-        i for i in range(start, len(history))
+        i
+        for i in range(start, len(history))
         if fresh.get(id(history[i])) is history[i]
         and not history[i].preserve_verbatim
         and not is_library_message(history[i])

@@ -408,8 +408,10 @@ class FailureHandler:
             ) from exc
         turn.output_lowerings += 1
         self.session.escalation.learn_output_cap(lowered)
-        notice = OUTPUT_LIMIT_DEFAULT_NOTICE % lowered if current is None else OUTPUT_LIMIT_NOTICE % (
-            current, lowered
+        notice = (
+            OUTPUT_LIMIT_DEFAULT_NOTICE % lowered
+            if current is None
+            else OUTPUT_LIMIT_NOTICE % (current, lowered)
         )
         self.session.events.notice(OUTPUT_LIMIT_CODE, notice)
         turn.max_tokens = lowered

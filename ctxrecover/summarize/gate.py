@@ -101,7 +101,6 @@ class SummarizationFailed(SummarizerError):
         self.rejections = rejections
 
 
-
 # -- quality gate -------------------------------------------------------------------------
 def summary_min_chars(segment_chars: int) -> int:
     """Shortest acceptable summary: segment_chars / 500, capped at 80 chars."""

@@ -97,7 +97,13 @@ class BodyEncoder:
         history_pieces = [block.data for block in blocks if block.data]
         systems = [m for block in blocks for m in block.systems] if fmt is not _CHAT else []
         pieces = _body_pieces(
-            fmt, systems, history_pieces, model=model, max_tokens=max_tokens, tools=tools, extra=extra,
+            fmt,
+            systems,
+            history_pieces,
+            model=model,
+            max_tokens=max_tokens,
+            tools=tools,
+            extra=extra,
             cache=True,
         )
         return _coalesced(pieces)
@@ -184,7 +190,7 @@ class BodyEncoder:
             end += 1
         full = end - start >= self.block_messages or size >= self.block_bytes
         members, is_open = messages[start:end], end == count and not full
-        added = members[len(base.messages):] if base else members
+        added = members[len(base.messages) :] if base else members
         systems = (base.systems if base else ()) + tuple(m for m in added if m.role == "system")
         if not grouped:
             if fmt is not _CHAT:

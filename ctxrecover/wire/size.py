@@ -384,7 +384,12 @@ class WireSizeTracker:
         if found is not None and found[0] is tools and found[1] is extra:
             return found[2], found[3]
         skeleton = _envelope(
-            self.format, model=self._model, max_tokens=max_tokens, tools=tools, extra=extra, system=None,
+            self.format,
+            model=self._model,
+            max_tokens=max_tokens,
+            tools=tools,
+            extra=extra,
+            system=None,
             history=[],
         )
         del skeleton[HISTORY_KEYS[self.format]]

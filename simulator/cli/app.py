@@ -41,7 +41,11 @@ SUBCOMMANDS = (run, replay, sweep, report, proxy, fault, infer, probe, classify,
 
 # The validation errors that mean "bad input": one line on stderr, exit code 2.
 INPUT_ERRORS: tuple[type[Exception], ...] = (
-    CliError, ConfigError, ReplayError, ScenarioError, TranscriptError
+    CliError,
+    ConfigError,
+    ReplayError,
+    ScenarioError,
+    TranscriptError,
 )
 
 

@@ -50,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
             body = Path(args.file).read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise CliError(f"{args.file}: cannot read: {exc.strerror or exc}") from None
-    failure = classify(status=args.status, body=body, headers=headers or None,
-                       request_bytes=args.request_bytes)
+    failure = classify(
+        status=args.status, body=body, headers=headers or None, request_bytes=args.request_bytes
+    )
     if args.json:
         print_json({name: _plain(getattr(failure, name)) for _label, name in CLASSIFY_FIELDS})
         return EXIT_OK
@@ -66,14 +67,19 @@ def run(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``check`` subcommand to ``commands``."""
-    parser = commands.add_parser("classify", help="classify an error body or message",
-                                 description="Classify an error body or message (ctxrecover.classify) and "
-                                             "print kind, reason, reason text, provider and evidence.")
+    parser = commands.add_parser(
+        "classify",
+        help="classify an error body or message",
+        description="Classify an error body or message (ctxrecover.classify) and "
+        "print kind, reason, reason text, provider and evidence.",
+    )
     parser.add_argument("file", nargs="?", default="-", help="a file holding the body, - for stdin (default)")
     parser.add_argument("--status", type=int, default=None, help="the HTTP status of the answer")
-    parser.add_argument("--header", action="append", default=[],
-                        help="response header NAME:VALUE, repeatable")
-    parser.add_argument("--request-bytes", type=positive_int_arg, default=None,
-                        help="size of the rejected request body")
+    parser.add_argument(
+        "--header", action="append", default=[], help="response header NAME:VALUE, repeatable"
+    )
+    parser.add_argument(
+        "--request-bytes", type=positive_int_arg, default=None, help="size of the rejected request body"
+    )
     add_json_option(parser, "the classification")
     parser.set_defaults(handler=run)

@@ -30,10 +30,18 @@ PACKAGE = "ctxrecover"
 # Modules of the optional extras: a missing one is a one-line hint naming the extra, not a traceback.
 EXTRA_OF_MODULE: MappingProxyType[str, str] = MappingProxyType(
     {
-        "faker": "sim", "matplotlib": "sim", "numpy": "sim", "pandas": "sim", "respx": "sim", "tqdm": "sim",
-        "IPython": "notebooks", "ipywidgets": "notebooks",
-        "anthropic": "sdks", "openai": "sdks",
-        "dask": "dask", "distributed": "dask",
+        "faker": "sim",
+        "matplotlib": "sim",
+        "numpy": "sim",
+        "pandas": "sim",
+        "respx": "sim",
+        "tqdm": "sim",
+        "IPython": "notebooks",
+        "ipywidgets": "notebooks",
+        "anthropic": "sdks",
+        "openai": "sdks",
+        "dask": "dask",
+        "distributed": "dask",
     }
 )
 RUNS_DIR = Path("runs")
@@ -78,8 +86,9 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
     extra = EXTRA_OF_MODULE.get(root)
     if extra is None:
         return None
-    return (f"this command needs the {extra!r} extra ({root} is not installed): "
-            f'pip install "{PACKAGE}[{extra}]"')
+    return (
+        f'this command needs the {extra!r} extra ({root} is not installed): pip install "{PACKAGE}[{extra}]"'
+    )
 
 
 def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -87,8 +96,11 @@ def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_report_only_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--report-only", action="store_true",
-                        help="exit 0 even when a run misses its scenario's [expect] (default: exit 1)")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="exit 0 even when a run misses its scenario's [expect] (default: exit 1)",
+    )
 
 
 def print_json(document: object) -> None:
@@ -228,9 +240,20 @@ def transcripts_option(spec: str) -> list[Transcript | None]:
 
 
 def add_replay_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policy", default="default",
-                        help="default (the default), chat, a .json file of Policy fields, or key=value,...")
-    parser.add_argument("--seed", type=seed_arg, default=None,
-                        help="seed of the middlebox and the mock provider (default: the scenario's seed)")
-    parser.add_argument("--transport", choices=TRANSPORTS, default="inprocess",
-                        help="inprocess (httpx.MockTransport) or loopback (real TCP on 127.0.0.1)")
+    parser.add_argument(
+        "--policy",
+        default="default",
+        help="default (the default), chat, a .json file of Policy fields, or key=value,...",
+    )
+    parser.add_argument(
+        "--seed",
+        type=seed_arg,
+        default=None,
+        help="seed of the middlebox and the mock provider (default: the scenario's seed)",
+    )
+    parser.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="inprocess",
+        help="inprocess (httpx.MockTransport) or loopback (real TCP on 127.0.0.1)",
+    )

@@ -23,8 +23,10 @@ def admin_url(text: str | None) -> str:
     """The admin API's base URL from ``--admin`` (a URL or HOST:PORT) or ``$CTXSIM_ADMIN``."""
     text = text or os.environ.get(ADMIN_ENV)
     if not text:
-        raise CliError("--admin is missing: give the proxy's admin address (ctxsim proxy --admin HOST:PORT), "
-                       f"e.g. --admin 127.0.0.1:8475, or set {ADMIN_ENV}")
+        raise CliError(
+            "--admin is missing: give the proxy's admin address (ctxsim proxy --admin HOST:PORT), "
+            f"e.g. --admin 127.0.0.1:8475, or set {ADMIN_ENV}"
+        )
     url = text if "://" in text else f"http://{text}"
     parsed = httpx.URL(url)
     if parsed.scheme not in ("http", "https") or not parsed.host:
@@ -37,8 +39,10 @@ def _call(base: str, method: str, path: str, document: dict[str, Any] | None = N
         with httpx.Client(trust_env=False, timeout=TIMEOUT_S) as client:
             response = client.request(method, base + path, json=document)
     except httpx.HTTPError as exc:
-        raise CliError(f"cannot reach the admin API at {redact_url(base)} (is `ctxsim proxy --admin …` "
-                       f"running?): {type(exc).__name__}: {exc}") from None
+        raise CliError(
+            f"cannot reach the admin API at {redact_url(base)} (is `ctxsim proxy --admin …` "
+            f"running?): {type(exc).__name__}: {exc}"
+        ) from None
     if response.status_code >= 400:
         try:
             message = response.json()["error"]
@@ -90,19 +94,25 @@ def _toxicity(text: str) -> float:
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``fault`` subcommand to ``commands``."""
-    parser = commands.add_parser("fault", help="list, add or remove faults on a running proxy (--admin)",
-                                 description=DESCRIPTION)
+    parser = commands.add_parser(
+        "fault", help="list, add or remove faults on a running proxy (--admin)", description=DESCRIPTION
+    )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--admin", default=None, metavar="URL",
-                        help=f"the proxy's admin API: HOST:PORT or http://HOST:PORT (default ${ADMIN_ENV})")
+    common.add_argument(
+        "--admin",
+        default=None,
+        metavar="URL",
+        help=f"the proxy's admin API: HOST:PORT or http://HOST:PORT (default ${ADMIN_ENV})",
+    )
     listing = actions.add_parser("list", parents=[common], help="the faults, in the order they are tried")
     listing.add_argument("--json", action="store_true", help="print the admin API's JSON")
     adding = actions.add_parser("add", parents=[common], help="add a fault (or --replace one)")
     adding.add_argument("name", help="its name, e.g. cap")
     adding.add_argument("spec", help="KIND[:VALUE...][:key=value...], e.g. body-cap:128KB:waf-403-html")
-    adding.add_argument("--toxicity", type=_toxicity, default=None,
-                        help="the probability it fires (default 1)")
+    adding.add_argument(
+        "--toxicity", type=_toxicity, default=None, help="the probability it fires (default 1)"
+    )
     adding.add_argument("--replace", action="store_true", help="replace the fault of that name in place")
     removing = actions.add_parser("remove", parents=[common], help="remove a fault by name")
     removing.add_argument("name")

@@ -13,9 +13,11 @@ from simulator.proxy.infer import infer_scenario, load_recording, scenario_toml
 __all__ = ["EXIT_NOT_REPRODUCED", "register", "run"]
 
 EXIT_NOT_REPRODUCED = 1
-DESCRIPTION = ("Read a `ctxsim proxy --record FILE` recording and write a scenario (TOML, like "
-               "fixtures/scenarios/*.toml) whose faults give the same outcomes: caps, pages, statuses, "
-               "resets. Exit 1 when some recorded outcome is not reproduced (listed).")
+DESCRIPTION = (
+    "Read a `ctxsim proxy --record FILE` recording and write a scenario (TOML, like "
+    "fixtures/scenarios/*.toml) whose faults give the same outcomes: caps, pages, statuses, "
+    "resets. Exit 1 when some recorded outcome is not reproduced (listed)."
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,11 +43,16 @@ def run(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``infer`` subcommand to ``commands``."""
-    parser = commands.add_parser("infer", help="a scenario reproducing a gateway recorded by proxy --record",
-                                 description=DESCRIPTION)
+    parser = commands.add_parser(
+        "infer", help="a scenario reproducing a gateway recorded by proxy --record", description=DESCRIPTION
+    )
     parser.add_argument("file", type=Path, help="the record file")
     parser.add_argument("--out", type=Path, default=None, help="write the scenario here (default: stdout)")
-    parser.add_argument("--format", choices=FORMATS, default=None,
-                        help="the wire format of the mock provider (default: from the recorded paths)")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="the wire format of the mock provider (default: from the recorded paths)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the replayed middlebox (probabilities)")
     parser.set_defaults(handler=run)

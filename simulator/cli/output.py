@@ -48,7 +48,11 @@ NONE_TEXT = "—"
 COST_DECIMALS = 6  # USD in JSON: rounded, so scripts never see 0.30000000000000004
 # Run numbers a scenario row sums over its runs.
 SUMMED: tuple[str, ...] = (
-    "rejected_requests", "wire_bytes", "summarizer_cost_usd", "chars_archived", "chars_lost",
+    "rejected_requests",
+    "wire_bytes",
+    "summarizer_cost_usd",
+    "chars_archived",
+    "chars_lost",
 )
 
 
@@ -146,11 +150,22 @@ def scenario_rows(results: Sequence[ReplayResult]) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for result in results:
         run = run_document(result)
-        row = rows.setdefault(run["scenario"], {
-            "scenario": run["scenario"], "runs": 0, "turns": 0, "failures_by_kind": Counter(),
-            "recovered": 0, "failed": 0, **dict.fromkeys(SUMMED, 0), "chars_archived_by_source": Counter(),
-            "outcomes": Counter(), "expected_outcome": run["expected_outcome"], "expectation_met": True,
-        })
+        row = rows.setdefault(
+            run["scenario"],
+            {
+                "scenario": run["scenario"],
+                "runs": 0,
+                "turns": 0,
+                "failures_by_kind": Counter(),
+                "recovered": 0,
+                "failed": 0,
+                **dict.fromkeys(SUMMED, 0),
+                "chars_archived_by_source": Counter(),
+                "outcomes": Counter(),
+                "expected_outcome": run["expected_outcome"],
+                "expectation_met": True,
+            },
+        )
         row["runs"] += 1
         row["turns"] += result.summary["turns"]
         row["failures_by_kind"].update(run["failures_by_kind"])
@@ -162,10 +177,13 @@ def scenario_rows(results: Sequence[ReplayResult]) -> list[dict[str, Any]]:
         row["outcomes"][run["outcome"]] += 1
         row["expectation_met"] = row["expectation_met"] and run["expectation_met"]
     return [
-        {**row, "failures_by_kind": dict(sorted(row["failures_by_kind"].items())),
-         "chars_archived_by_source": dict(row["chars_archived_by_source"]),
-         "outcomes": dict(row["outcomes"]),
-         "summarizer_cost_usd": round(row["summarizer_cost_usd"], COST_DECIMALS)}
+        {
+            **row,
+            "failures_by_kind": dict(sorted(row["failures_by_kind"].items())),
+            "chars_archived_by_source": dict(row["chars_archived_by_source"]),
+            "outcomes": dict(row["outcomes"]),
+            "summarizer_cost_usd": round(row["summarizer_cost_usd"], COST_DECIMALS),
+        }
         for row in rows.values()
     ]
 
@@ -184,21 +202,23 @@ def format_summary(results: Sequence[ReplayResult]) -> str:
     for row in scenario_rows(results):
         outcomes = _counts(outcome for outcome, n in row["outcomes"].items() for _ in range(n))
         check = CHECK_PASSED if row["expectation_met"] else CHECK_FAILED
-        rows.append({
-            "scenario": row["scenario"],
-            "runs": str(row["runs"]),
-            "turns": str(row["turns"]),
-            "failures_by_kind": _kinds_text(row["failures_by_kind"]),
-            "recovered": str(row["recovered"]),
-            "failed": str(row["failed"]),
-            "rejected_requests": str(row["rejected_requests"]),
-            "wire_bytes": format_payload_size(int(row["wire_bytes"])),
-            "summarizer_cost_usd": f"{row['summarizer_cost_usd']:.4f}",
-            "chars_archived": f"{int(row['chars_archived']):,}",
-            "chars_lost": f"{int(row['chars_lost']):,}",
-            "outcome": outcomes,
-            "expected": f"{row['expected_outcome']} {check}",
-        })
+        rows.append(
+            {
+                "scenario": row["scenario"],
+                "runs": str(row["runs"]),
+                "turns": str(row["turns"]),
+                "failures_by_kind": _kinds_text(row["failures_by_kind"]),
+                "recovered": str(row["recovered"]),
+                "failed": str(row["failed"]),
+                "rejected_requests": str(row["rejected_requests"]),
+                "wire_bytes": format_payload_size(int(row["wire_bytes"])),
+                "summarizer_cost_usd": f"{row['summarizer_cost_usd']:.4f}",
+                "chars_archived": f"{int(row['chars_archived']):,}",
+                "chars_lost": f"{int(row['chars_lost']):,}",
+                "outcome": outcomes,
+                "expected": f"{row['expected_outcome']} {check}",
+            }
+        )
     return _table(SUMMARY_HEADERS, rows)
 
 
@@ -210,8 +230,13 @@ def format_archive_sources(results: Sequence[ReplayResult]) -> str | None:
     if not sources:
         return None
     headers = (("scenario", "scenario", "<"), *((source, source, ">") for source in sources))
-    return _table(headers, [
-        {"scenario": row["scenario"],
-         **{source: f"{row['chars_archived_by_source'].get(source, 0):,}" for source in sources}}
-        for row in rows
-    ])
+    return _table(
+        headers,
+        [
+            {
+                "scenario": row["scenario"],
+                **{source: f"{row['chars_archived_by_source'].get(source, 0):,}" for source in sources},
+            }
+            for row in rows
+        ],
+    )

@@ -14,12 +14,18 @@ from simulator.proxy.redact import redact_url
 
 __all__ = ["register", "run"]
 
-DESCRIPTION = ("Post synthetic requests of chosen sizes (for a model that does not exist, so a provider "
-               "answers a cheap error) and bisect the size where the gateway starts refusing them "
-               "(413/431/403 pages, drops): at most ceil(log2((max - min) / resolution)) requests.")
-ENDPOINTS = {"openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses",
-             "anthropic": "/v1/messages", "gemini": "/v1beta/models/ctxsim-probe:generateContent",
-             "bedrock-converse": "/model/ctxsim-probe/converse"}
+DESCRIPTION = (
+    "Post synthetic requests of chosen sizes (for a model that does not exist, so a provider "
+    "answers a cheap error) and bisect the size where the gateway starts refusing them "
+    "(413/431/403 pages, drops): at most ceil(log2((max - min) / resolution)) requests."
+)
+ENDPOINTS = {
+    "openai-chat": "/v1/chat/completions",
+    "openai-responses": "/v1/responses",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/ctxsim-probe:generateContent",
+    "bedrock-converse": "/model/ctxsim-probe/converse",
+}
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -37,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
         url = url.rstrip("/") + ENDPOINTS[args.format]
     shown = redact_url(url)
     bound = max_requests(args.min, args.max, args.resolution)
-    print(f"probing {shown} with {args.format} bodies of {format_payload_size(args.min)}–"
-          f"{format_payload_size(args.max)}, to {args.resolution:,} B: at most {bound} requests")
+    print(
+        f"probing {shown} with {args.format} bodies of {format_payload_size(args.min)}–"
+        f"{format_payload_size(args.max)}, to {args.resolution:,} B: at most {bound} requests"
+    )
     probe = HttpProbe(url, fmt=args.format, headers=dict(args.header), timeout_s=args.timeout)
 
     def send(size: int) -> ProbeStep:
@@ -60,26 +68,45 @@ def run(args: argparse.Namespace) -> int:
     elif not any(not step.refused for step in result.steps):
         print(f"every probe was refused, down to {result.refused:,} B (try a smaller --min)")
     else:
-        print(f"body cap: between {result.passed:,} B (passed) and {result.refused:,} B (refused) — about "
-              f"{format_payload_size(result.estimate)} — after {len(result.steps)} requests")
+        print(
+            f"body cap: between {result.passed:,} B (passed) and {result.refused:,} B (refused) — about "
+            f"{format_payload_size(result.estimate)} — after {len(result.steps)} requests"
+        )
     return EXIT_OK
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``probe`` subcommand to ``commands``."""
-    parser = commands.add_parser("probe", help="estimate a gateway's body cap by bisection",
-                                 description=DESCRIPTION)
+    parser = commands.add_parser(
+        "probe", help="estimate a gateway's body cap by bisection", description=DESCRIPTION
+    )
     parser.add_argument("url", help="the gateway URL (with the endpoint path, else the --format's)")
-    parser.add_argument("--format", choices=tuple(TEMPLATES), default="openai-chat",
-                        help="the wire format of the synthetic bodies (default openai-chat)")
-    parser.add_argument("--min", type=size_arg, default=size_arg("1KB"),
-                        help="a size that passes (default 1KB)")
-    parser.add_argument("--max", type=size_arg, default=size_arg("16MB"),
-                        help="a size refused (default 16MB)")
-    parser.add_argument("--resolution", type=size_arg, default=size_arg("1KB"),
-                        help="stop when the cap is known to this many bytes (default 1KB)")
-    parser.add_argument("--header", type=_header, action="append", default=[], metavar="NAME:VALUE",
-                        help="a request header, repeatable (credentials are never printed)")
+    parser.add_argument(
+        "--format",
+        choices=tuple(TEMPLATES),
+        default="openai-chat",
+        help="the wire format of the synthetic bodies (default openai-chat)",
+    )
+    parser.add_argument(
+        "--min", type=size_arg, default=size_arg("1KB"), help="a size that passes (default 1KB)"
+    )
+    parser.add_argument(
+        "--max", type=size_arg, default=size_arg("16MB"), help="a size refused (default 16MB)"
+    )
+    parser.add_argument(
+        "--resolution",
+        type=size_arg,
+        default=size_arg("1KB"),
+        help="stop when the cap is known to this many bytes (default 1KB)",
+    )
+    parser.add_argument(
+        "--header",
+        type=_header,
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="a request header, repeatable (credentials are never printed)",
+    )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each answer (30)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=run)

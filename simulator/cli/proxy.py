@@ -71,11 +71,13 @@ SDK_HINTS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
         ),
     }
 )
-KEEP_CALLS = 32        # a mock keeps its last calls only: a long-running proxy stays within bounded memory
+KEEP_CALLS = 32  # a mock keeps its last calls only: a long-running proxy stays within bounded memory
 KEEP_REJECTIONS = 256
 POLL_S = 0.2
-DESCRIPTION = ("Serve a fault-injecting middlebox on a loopback port in front of a mock provider or a real "
-               "upstream URL, until Ctrl-C or SIGTERM.")
+DESCRIPTION = (
+    "Serve a fault-injecting middlebox on a loopback port in front of a mock provider or a real "
+    "upstream URL, until Ctrl-C or SIGTERM."
+)
 
 
 def listen_address(option: str, text: str) -> tuple[str, int]:
@@ -107,11 +109,14 @@ def build_app(args: argparse.Namespace) -> tuple[Any, str | None, str, str | Non
     if upstream.startswith(MOCK_PREFIX):
         host = MOCK_HOSTS.get(upstream.removeprefix(MOCK_PREFIX))
         if host is None:
-            raise CliError(f"--upstream {upstream!r}: unknown mock; use one of "
-                           + ", ".join(MOCK_PREFIX + name for name in MOCK_HOSTS))
+            raise CliError(
+                f"--upstream {upstream!r}: unknown mock; use one of "
+                + ", ".join(MOCK_PREFIX + name for name in MOCK_HOSTS)
+            )
         fmt = HOSTS[host][0][0]
-        window = args.context_window or (scenario.provider.context_window if scenario
-                                         else DEFAULT_CONTEXT_WINDOWS[fmt])
+        window = args.context_window or (
+            scenario.provider.context_window if scenario else DEFAULT_CONTEXT_WINDOWS[fmt]
+        )
         service = MockService.for_host(host, context_window=window, seed=seed, keep_calls=KEEP_CALLS)
         box = Middlebox(service, faults, seed=seed, keep_rejections=KEEP_REJECTIONS)
         target = f"mock {upstream.removeprefix(MOCK_PREFIX)} provider (context window {window:,} tokens)"
@@ -119,8 +124,9 @@ def build_app(args: argparse.Namespace) -> tuple[Any, str | None, str, str | Non
     if upstream.startswith(("http://", "https://")):
         box = Middlebox(None, faults, seed=seed, keep_rejections=KEEP_REJECTIONS)
         return box, upstream, redact_url(upstream), None
-    raise CliError(f"--upstream {upstream!r}: expected mock:FORMAT ({', '.join(MOCK_HOSTS)}) "
-                   "or an http(s):// URL")
+    raise CliError(
+        f"--upstream {upstream!r}: expected mock:FORMAT ({', '.join(MOCK_HOSTS)}) or an http(s):// URL"
+    )
 
 
 class _Output:
@@ -133,8 +139,10 @@ class _Output:
     def __call__(self, entry: ExchangeRecord, trace: ExchangeTrace) -> None:
         status = f" {entry.status}" if entry.status is not None else ""
         fault = f" [{entry.fault_name}]" if entry.fault_name else ""
-        line = (f"  turn {entry.turn}: {entry.method} {entry.path} {entry.body_bytes:,} B → "
-                f"{entry.outcome}{status}{fault}")
+        line = (
+            f"  turn {entry.turn}: {entry.method} {entry.path} {entry.body_bytes:,} B → "
+            f"{entry.outcome}{status}{fault}"
+        )
         self.writer.submit(_print, line)
         if self.log is not None:
             self.writer.submit(self.log.write, log_entry(entry))
@@ -174,12 +182,28 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"--admin {args.admin!r}: the admin API listens on the --listen host ({host})")
     box, upstream_url, target, fmt = build_app(args)
     log = _open("--log-json", args.log_json)
-    record = _open("--record", args.record, {"format": RECORD_FORMAT, "upstream": target.split("\n")[0],
-                                             "record_bodies": args.record_bodies, "started_at": time.time()})
+    record = _open(
+        "--record",
+        args.record,
+        {
+            "format": RECORD_FORMAT,
+            "upstream": target.split("\n")[0],
+            "record_bodies": args.record_bodies,
+            "started_at": time.time(),
+        },
+    )
     output = _Output(log, record)
     try:
-        server = LoopbackServer(box, host=host, port=port, upstream=upstream_url, admin_port=admin_port,
-                                on_exchange=output, record_bodies=args.record_bodies, **_limits(args))
+        server = LoopbackServer(
+            box,
+            host=host,
+            port=port,
+            upstream=upstream_url,
+            admin_port=admin_port,
+            on_exchange=output,
+            record_bodies=args.record_bodies,
+            **_limits(args),
+        )
     except ValueError as exc:
         output.close()
         raise CliError(f"--listen {args.listen!r}: {exc}") from None
@@ -199,36 +223,56 @@ def run(args: argparse.Namespace) -> int:
     for problem in dict.fromkeys([*server.observer_errors, *output.writer.errors]):
         print(f"{PROG}: warning: could not write a log or record line: {problem}", file=sys.stderr)
     if output.writer.dropped:
-        print(f"{PROG}: warning: {output.writer.dropped:,} output line(s) dropped: the console or the log "
-              "file fell behind", file=sys.stderr)
+        print(
+            f"{PROG}: warning: {output.writer.dropped:,} output line(s) dropped: the console or the log "
+            "file fell behind",
+            file=sys.stderr,
+        )
     print(f"served {server.served} request(s)")
     return EXIT_OK
 
 
 def _limits(args: argparse.Namespace) -> dict[str, Any]:
-    names = {"max_body": "max_body_bytes", "max_inflight": "max_inflight_body_bytes",
-             "max_connections": "max_connections", "head_timeout": "head_timeout_s",
-             "body_timeout": "body_timeout_s", "min_body_rate": "min_body_rate",
-             "handler_timeout": "handler_timeout_s"}
-    return {keyword: getattr(args, option) for option, keyword in names.items()
-            if getattr(args, option) is not None}
+    names = {
+        "max_body": "max_body_bytes",
+        "max_inflight": "max_inflight_body_bytes",
+        "max_connections": "max_connections",
+        "head_timeout": "head_timeout_s",
+        "body_timeout": "body_timeout_s",
+        "min_body_rate": "min_body_rate",
+        "handler_timeout": "handler_timeout_s",
+    }
+    return {
+        keyword: getattr(args, option)
+        for option, keyword in names.items()
+        if getattr(args, option) is not None
+    }
 
 
-def _announce(server: LoopbackServer, box: Any, target: str, fmt: str | None, upstream: str | None,
-              args: argparse.Namespace) -> None:
+def _announce(
+    server: LoopbackServer,
+    box: Any,
+    target: str,
+    fmt: str | None,
+    upstream: str | None,
+    args: argparse.Namespace,
+) -> None:
     url = server.base_url
     print(f"{PROG} proxy listening on {url} → {target}")
     for name, fault in box.named_faults:
         print(f"  fault {name}: {fault}")
     if args.admin is not None:
-        print(f"  admin API on {server.admin_url} (GET/POST /faults, DELETE /faults/NAME, POST /reset); "
-              f"try: {PROG} fault list --admin {server.admin_url}")
+        print(
+            f"  admin API on {server.admin_url} (GET/POST /faults, DELETE /faults/NAME, POST /reset); "
+            f"try: {PROG} fault list --admin {server.admin_url}"
+        )
     if args.log_json:
         print(f"  one JSON line per request → {args.log_json}")
     if args.record:
         bodies = "with" if args.record_bodies else "without"
-        print(f"  recording each exchange ({bodies} bodies) → {args.record}; "
-              f"then: {PROG} infer {args.record}")
+        print(
+            f"  recording each exchange ({bodies} bodies) → {args.record}; then: {PROG} infer {args.record}"
+        )
     instead = redact_url(upstream or "")
     hints = SDK_HINTS[fmt] if fmt else (f"send requests to {url}<path> instead of {instead}<path>",)
     print("point a client at it:")
@@ -273,43 +317,96 @@ def _serve(max_seconds: float | None) -> str:
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``proxy`` subcommand to ``commands``."""
-    parser = commands.add_parser("proxy", help="a loopback HTTP middlebox in front of a mock or a real URL",
-                                 description=DESCRIPTION)
+    parser = commands.add_parser(
+        "proxy", help="a loopback HTTP middlebox in front of a mock or a real URL", description=DESCRIPTION
+    )
     parser.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT on loopback (default 127.0.0.1:0)")
-    parser.add_argument("--upstream", default=None,
-                        help=f"mock:FORMAT ({', '.join(MOCK_HOSTS)}) or an http(s):// URL "
-                             "(default mock:openai, or the --scenario's provider)")
-    parser.add_argument("--fault", action="append", default=[],
-                        help="a fault spec, repeatable, e.g. body-cap:128KB:waf-403-html or latency:0.5")
-    parser.add_argument("--scenario", default=None,
-                        help="a bundled scenario name or a .toml/.json file: its faults (and, without "
-                             "--upstream, its mock provider)")
-    parser.add_argument("--admin", default=None, metavar="HOST:PORT",
-                        help="serve the JSON admin API here (GET/POST /faults, DELETE /faults/NAME, "
-                             "POST /reset)")
-    parser.add_argument("--log-json", type=Path, default=None, metavar="FILE",
-                        help="write one JSON line per request (turn, sizes, fault, outcome, timings; "
-                             "redacted)")
-    parser.add_argument("--record", type=Path, default=None, metavar="FILE",
-                        help="record each exchange's shape for ctxsim infer (headers without secrets, page "
-                             "fingerprints, timings)")
-    parser.add_argument("--record-bodies", action="store_true",
-                        help="also record request and response bodies")
-    parser.add_argument("--context-window", type=positive_int_arg, default=None,
-                        help="the mock provider's context window in tokens (default: per format)")
+    parser.add_argument(
+        "--upstream",
+        default=None,
+        help=f"mock:FORMAT ({', '.join(MOCK_HOSTS)}) or an http(s):// URL "
+        "(default mock:openai, or the --scenario's provider)",
+    )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        help="a fault spec, repeatable, e.g. body-cap:128KB:waf-403-html or latency:0.5",
+    )
+    parser.add_argument(
+        "--scenario",
+        default=None,
+        help="a bundled scenario name or a .toml/.json file: its faults (and, without "
+        "--upstream, its mock provider)",
+    )
+    parser.add_argument(
+        "--admin",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve the JSON admin API here (GET/POST /faults, DELETE /faults/NAME, POST /reset)",
+    )
+    parser.add_argument(
+        "--log-json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write one JSON line per request (turn, sizes, fault, outcome, timings; redacted)",
+    )
+    parser.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="record each exchange's shape for ctxsim infer (headers without secrets, page "
+        "fingerprints, timings)",
+    )
+    parser.add_argument(
+        "--record-bodies", action="store_true", help="also record request and response bodies"
+    )
+    parser.add_argument(
+        "--context-window",
+        type=positive_int_arg,
+        default=None,
+        help="the mock provider's context window in tokens (default: per format)",
+    )
     parser.add_argument("--seed", type=seed_arg, default=None, help="seed of the middlebox and the mock")
     parser.add_argument("--max-seconds", type=seconds_arg, default=None, help="stop after this many seconds")
     limits = parser.add_argument_group("limits (defaults in simulator.proxy.limits.ServerLimits)")
     limits.add_argument("--max-body", type=size_arg, default=None, metavar="SIZE", help="per request (64MB)")
-    limits.add_argument("--max-inflight", type=size_arg, default=None, metavar="SIZE",
-                        help="request bodies held at once, all clients together (256MB); beyond: 503")
+    limits.add_argument(
+        "--max-inflight",
+        type=size_arg,
+        default=None,
+        metavar="SIZE",
+        help="request bodies held at once, all clients together (256MB); beyond: 503",
+    )
     limits.add_argument("--max-connections", type=positive_int_arg, default=None, help="(256)")
-    limits.add_argument("--head-timeout", type=seconds_arg, default=None, metavar="S",
-                        help="a request head must be complete this long after its first byte (10)")
-    limits.add_argument("--body-timeout", type=seconds_arg, default=None, metavar="S",
-                        help="grace before --min-body-rate applies to a body (10)")
-    limits.add_argument("--min-body-rate", type=size_arg, default=None, metavar="SIZE",
-                        help="bytes per second a body must average after its grace (16KB)")
-    limits.add_argument("--handler-timeout", type=seconds_arg, default=None, metavar="S",
-                        help="the mock's or the upstream's answer, counted from the call (120)")
+    limits.add_argument(
+        "--head-timeout",
+        type=seconds_arg,
+        default=None,
+        metavar="S",
+        help="a request head must be complete this long after its first byte (10)",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=seconds_arg,
+        default=None,
+        metavar="S",
+        help="grace before --min-body-rate applies to a body (10)",
+    )
+    limits.add_argument(
+        "--min-body-rate",
+        type=size_arg,
+        default=None,
+        metavar="SIZE",
+        help="bytes per second a body must average after its grace (16KB)",
+    )
+    limits.add_argument(
+        "--handler-timeout",
+        type=seconds_arg,
+        default=None,
+        metavar="S",
+        help="the mock's or the upstream's answer, counted from the call (120)",
+    )
     parser.set_defaults(handler=run)

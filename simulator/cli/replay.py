@@ -21,6 +21,7 @@ from simulator.workloads import load_named_transcript
 
 __all__ = ["register", "run"]
 
+
 def run(args: argparse.Namespace) -> int:
     policy, policy_name = policy_from_spec(args.policy)
     scenario = load_scenario(args.scenario)
@@ -29,11 +30,23 @@ def run(args: argparse.Namespace) -> int:
     def show(event: ReplayEvent) -> None:
         print(event_line(event), flush=True)
 
-    result = replay(transcript, scenario, policy=policy, seed=args.seed, transport=args.transport,
-                    on_event=None if args.json else show, policy_name=policy_name)
+    result = replay(
+        transcript,
+        scenario,
+        policy=policy,
+        seed=args.seed,
+        transport=args.transport,
+        on_event=None if args.json else show,
+        policy_name=policy_name,
+    )
     if args.json:
-        print_json({"run": run_document(result), "notices": result.notices,
-                    "attempts": [record.to_row() for record in result.records]})
+        print_json(
+            {
+                "run": run_document(result),
+                "notices": result.notices,
+                "attempts": [record.to_row() for record in result.records],
+            }
+        )
     else:
         print()
         if result.error:
@@ -45,12 +58,17 @@ def run(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``replay`` subcommand to ``commands``."""
-    parser = commands.add_parser("replay", help="one replay with its turn log",
-                                 description="Replay one transcript under one scenario and print every event "
-                                             "and notice as the library emits it, then a summary.")
-    parser.add_argument("--transcript", default=None,
-                        help="a transcript path or bundled name "
-                             "(default: the scenario's [workload] transcript)")
+    parser = commands.add_parser(
+        "replay",
+        help="one replay with its turn log",
+        description="Replay one transcript under one scenario and print every event "
+        "and notice as the library emits it, then a summary.",
+    )
+    parser.add_argument(
+        "--transcript",
+        default=None,
+        help="a transcript path or bundled name (default: the scenario's [workload] transcript)",
+    )
     parser.add_argument("--scenario", required=True, help="a bundled scenario name or a .toml/.json file")
     add_replay_options(parser)
     add_json_option(parser, "the run, its notices and every attempt")

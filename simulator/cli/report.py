@@ -37,13 +37,18 @@ def run(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``reporting`` subcommand to ``commands``."""
-    parser = commands.add_parser("report", help="regenerate the figures and tables of a run or sweep",
-                                 description="Regenerate every figure and table of a run or sweep "
-                                             "directory from its attempts.csv, manifest.json and "
-                                             "summary.csv.")
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
-                        help="a `ctxsim run` or `ctxsim sweep` directory")
-    parser.add_argument("--formats", default="png",
-                        help=f"comma-separated, among {', '.join(REPORT_FORMATS)} (default png)")
+    parser = commands.add_parser(
+        "report",
+        help="regenerate the figures and tables of a run or sweep",
+        description="Regenerate every figure and table of a run or sweep "
+        "directory from its attempts.csv, manifest.json and "
+        "summary.csv.",
+    )
+    parser.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="a `ctxsim run` or `ctxsim sweep` directory"
+    )
+    parser.add_argument(
+        "--formats", default="png", help=f"comma-separated, among {', '.join(REPORT_FORMATS)} (default png)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: RUN_DIR/report)")
     parser.set_defaults(handler=run)

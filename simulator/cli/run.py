@@ -58,8 +58,14 @@ def run(args: argparse.Namespace) -> int:
     with figures or nullcontext(), tqdm(total=len(jobs), desc=PROG, unit="replay", disable=None) as progress:
         for transcript, scenario in jobs:
             progress.set_postfix_str(scenario.name, refresh=False)
-            result = replay(transcript, scenario, policy=policy, seed=args.seed, transport=args.transport,
-                            policy_name=policy_name)
+            result = replay(
+                transcript,
+                scenario,
+                policy=policy,
+                seed=args.seed,
+                transport=args.transport,
+                policy_name=policy_name,
+            )
             results.append(result)
             if figures is not None:
                 figures.add(result)
@@ -69,15 +75,28 @@ def run(args: argparse.Namespace) -> int:
             if figures is not None:
                 files += figures.finish(results)
             names = [p.name for p in files] + [MANIFEST_JSON]
-            document = manifest(results, policy=policy, policy_name=policy_name, seed=args.seed,
-                                transport=args.transport, files=names)
+            document = manifest(
+                results,
+                policy=policy,
+                policy_name=policy_name,
+                seed=args.seed,
+                transport=args.transport,
+                files=names,
+            )
             write_manifest(out / MANIFEST_JSON, document)
         except OSError as exc:
             raise CliError(f"{out}: cannot write the run directory: {exc.strerror or exc}") from None
     missed = any(expectation_problems(r) for r in results)
     if args.json:
-        print_json({"run_dir": str(out), "files": names, "expectations_met": not missed,
-                    "scenarios": scenario_rows(results), "runs": [run_document(r) for r in results]})
+        print_json(
+            {
+                "run_dir": str(out),
+                "files": names,
+                "expectations_met": not missed,
+                "scenarios": scenario_rows(results),
+                "runs": [run_document(r) for r in results],
+            }
+        )
     else:
         _print_report(results, out, names)
     return EXIT_EXPECTATION_MISSED if missed and not args.report_only else EXIT_OK
@@ -100,26 +119,43 @@ def _print_report(results: list[ReplayResult], out: Path, names: list[str]) -> N
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``run`` subcommand to ``commands``."""
-    parser = commands.add_parser("run", help="replay transcripts under scenarios and write a run directory",
-                                 description="Replay transcripts under scenarios with one policy; print a "
-                                             "per-scenario summary and write attempts.csv and manifest.json "
-                                             "(ctxsim report RUN_DIR draws the figures; --figures draws a "
-                                             "budget curve per run and the outcome matrix while the replays "
-                                             "run). Exits 1 when a run misses its scenario's [expect].")
-    parser.add_argument("--transcripts", default=WORKLOAD,
-                        help=f"comma-separated names or paths; {WORKLOAD!r} (default) replays each "
-                             f"scenario's own [workload] transcript, {ALL!r} every bundled fixture")
-    parser.add_argument("--scenarios", default="",
-                        help="comma-separated scenario names or files (default: every bundled scenario)")
+    parser = commands.add_parser(
+        "run",
+        help="replay transcripts under scenarios and write a run directory",
+        description="Replay transcripts under scenarios with one policy; print a "
+        "per-scenario summary and write attempts.csv and manifest.json "
+        "(ctxsim report RUN_DIR draws the figures; --figures draws a "
+        "budget curve per run and the outcome matrix while the replays "
+        "run). Exits 1 when a run misses its scenario's [expect].",
+    )
+    parser.add_argument(
+        "--transcripts",
+        default=WORKLOAD,
+        help=f"comma-separated names or paths; {WORKLOAD!r} (default) replays each "
+        f"scenario's own [workload] transcript, {ALL!r} every bundled fixture",
+    )
+    parser.add_argument(
+        "--scenarios",
+        default="",
+        help="comma-separated scenario names or files (default: every bundled scenario)",
+    )
     add_replay_options(parser)
-    parser.add_argument("--out", type=Path, default=None,
-                        help="run directory (default: runs/<UTC timestamp>)")
-    parser.add_argument("--no-timing", action="store_true",
-                        help="leave elapsed_ms out of attempts.csv (byte-identical files for a seed)")
-    parser.add_argument("--figures", action=argparse.BooleanOptionalAction, default=False,
-                        help="draw a budget curve per run and the outcome matrix as PNG files, in a worker "
-                             "process while the replays run (default: no; ctxsim report RUN_DIR draws them "
-                             "on demand)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="run directory (default: runs/<UTC timestamp>)"
+    )
+    parser.add_argument(
+        "--no-timing",
+        action="store_true",
+        help="leave elapsed_ms out of attempts.csv (byte-identical files for a seed)",
+    )
+    parser.add_argument(
+        "--figures",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="draw a budget curve per run and the outcome matrix as PNG files, in a worker "
+        "process while the replays run (default: no; ctxsim report RUN_DIR draws them "
+        "on demand)",
+    )
     add_json_option(parser, "the per-scenario and per-run numbers")
     add_report_only_option(parser)
     parser.set_defaults(handler=run)

@@ -35,8 +35,10 @@ def _grid_option(text: str) -> tuple[str, list[object] | Uniform]:
     """``NAME=V1,V2,...`` (values) or ``NAME=LOW..HIGH`` (a range for --random), typed by the Policy field."""
     name, sep, raw = (part.strip() for part in text.partition("="))
     if not sep or not name or not raw:
-        raise CliError(f"--grid {text!r}: expected NAME=V1,V2,... (e.g. budget_ratio=0.5,0.6) "
-                       f"or NAME=LOW{RANGE_SEPARATOR}HIGH with --random")
+        raise CliError(
+            f"--grid {text!r}: expected NAME=V1,V2,... (e.g. budget_ratio=0.5,0.6) "
+            f"or NAME=LOW{RANGE_SEPARATOR}HIGH with --random"
+        )
     fields = {f.name: str(f.type) for f in dataclasses.fields(Policy) if f.name in Policy.fields()}
     if name not in fields:
         raise ConfigError(f"--grid {name!r} is not a Policy field; valid fields: {', '.join(fields)}")
@@ -77,16 +79,25 @@ def run(args: argparse.Namespace) -> int:
     out = run_dir(args.out)
     try:
         frame = sweep(
-            grid=grid, random=args.random, seed=args.seed,
+            grid=grid,
+            random=args.random,
+            seed=args.seed,
             scenarios=split_names(args.scenarios) or None,
             transcripts=None if transcripts == [WORKLOAD] else transcripts,
-            policies=args.policies, seeds=_seed_list(args.seeds), workers=args.workers, dask=args.dask,
-            cache_dir=args.cache, out_dir=out, figures=not args.no_figures,
+            policies=args.policies,
+            seeds=_seed_list(args.seeds),
+            workers=args.workers,
+            dask=args.dask,
+            cache_dir=args.cache,
+            out_dir=out,
+            figures=not args.no_figures,
         )
     except KeyboardInterrupt:
         cache = args.cache or out / CACHE_DIR
-        print(f"{PROG}: interrupted; finished runs are cached in {cache} — run the same command to resume",
-              file=sys.stderr)
+        print(
+            f"{PROG}: interrupted; finished runs are cached in {cache} — run the same command to resume",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     except OSError as exc:
         raise CliError(f"{out}: cannot write the sweep directory: {exc.strerror or exc}") from None
@@ -100,33 +111,63 @@ def run(args: argparse.Namespace) -> int:
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``sweeping`` subcommand to ``commands``."""
     parser = commands.add_parser(
-      "sweep", help="policies × knob grids × scenarios, cached and resumable; writes a sweep directory",
-      description="Replay every policy (presets and peer baselines) at every knob point under every "
-                  "scenario; runs are cached per input in OUT/cache, so a rerun computes only what "
-                  "changed and an interrupted sweep resumes. Writes attempts.csv, summary.csv, "
-                  "manifest.json and the report, and prints the comparison table.")
-    parser.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
-                        help="a Policy field and its values, repeatable (the cartesian product is run); "
-                             f"NAME=LOW{RANGE_SEPARATOR}HIGH draws from a range with --random")
-    parser.add_argument("--random", type=positive_int_arg, default=None, metavar="N",
-                        help="seeded random search: N points drawn from the --grid values or ranges")
+        "sweep",
+        help="policies × knob grids × scenarios, cached and resumable; writes a sweep directory",
+        description="Replay every policy (presets and peer baselines) at every knob point under every "
+        "scenario; runs are cached per input in OUT/cache, so a rerun computes only what "
+        "changed and an interrupted sweep resumes. Writes attempts.csv, summary.csv, "
+        "manifest.json and the report, and prints the comparison table.",
+    )
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2,...",
+        help="a Policy field and its values, repeatable (the cartesian product is run); "
+        f"NAME=LOW{RANGE_SEPARATOR}HIGH draws from a range with --random",
+    )
+    parser.add_argument(
+        "--random",
+        type=positive_int_arg,
+        default=None,
+        metavar="N",
+        help="seeded random search: N points drawn from the --grid values or ranges",
+    )
     parser.add_argument("--seed", type=seed_arg, default=0, help="seed of the random search (default 0)")
-    parser.add_argument("--scenarios", default="",
-                        help="comma-separated scenario names or files (default: every bundled scenario)")
-    parser.add_argument("--transcripts", default=WORKLOAD,
-                        help=f"comma-separated names or paths; {WORKLOAD!r} (default) replays each "
-                             f"scenario's own [workload] transcript, {ALL!r} every bundled fixture")
-    parser.add_argument("--policies", default="default",
-                        help="comma-separated presets (default, chat), baseline names, or 'baselines' "
-                             "for all of them (default: default)")
+    parser.add_argument(
+        "--scenarios",
+        default="",
+        help="comma-separated scenario names or files (default: every bundled scenario)",
+    )
+    parser.add_argument(
+        "--transcripts",
+        default=WORKLOAD,
+        help=f"comma-separated names or paths; {WORKLOAD!r} (default) replays each "
+        f"scenario's own [workload] transcript, {ALL!r} every bundled fixture",
+    )
+    parser.add_argument(
+        "--policies",
+        default="default",
+        help="comma-separated presets (default, chat), baseline names, or 'baselines' "
+        "for all of them (default: default)",
+    )
     parser.add_argument("--seeds", default="0", help="comma-separated replay seeds (default 0)")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=positive_int_arg, default=None,
-                       help="worker processes (default: one per CPU; 1 runs in this process)")
-    where.add_argument("--dask", default=None, metavar="ADDRESS|local",
-                       help="run on a Dask cluster: a scheduler address, or 'local' for a LocalCluster")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="sweep directory (default: runs/<UTC timestamp>)")
+    where.add_argument(
+        "--workers",
+        type=positive_int_arg,
+        default=None,
+        help="worker processes (default: one per CPU; 1 runs in this process)",
+    )
+    where.add_argument(
+        "--dask",
+        default=None,
+        metavar="ADDRESS|local",
+        help="run on a Dask cluster: a scheduler address, or 'local' for a LocalCluster",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="sweep directory (default: runs/<UTC timestamp>)"
+    )
     parser.add_argument("--cache", type=Path, default=None, help="cache directory (default: OUT/cache)")
     parser.add_argument("--no-figures", action="store_true", help="skip the report figures")
     parser.set_defaults(handler=run)

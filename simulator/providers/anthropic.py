@@ -97,17 +97,21 @@ class AnthropicWire(Wire):
             if not blocks and not (role == "assistant" and i == len(messages) - 1):
                 raise Invalid(ANTHROPIC_EMPTY_CONTENT % i, outcome="malformed_history")
             if role == "user":
-                results = [(j, b.get("tool_use_id")) for j, b in enumerate(blocks)
-                           if b.get("type") == "tool_result"]
+                results = [
+                    (j, b.get("tool_use_id")) for j, b in enumerate(blocks) if b.get("type") == "tool_result"
+                ]
                 unexpected = [(j, tid) for j, tid in results if tid not in pending]
                 if unexpected:
                     ids = ", ".join(str(tid) for _, tid in unexpected)
-                    raise Invalid(ANTHROPIC_UNEXPECTED_RESULT % (i, unexpected[0][0], ids),
-                                   outcome="malformed_history")
+                    raise Invalid(
+                        ANTHROPIC_UNEXPECTED_RESULT % (i, unexpected[0][0], ids), outcome="malformed_history"
+                    )
                 missing = [tid for tid in pending if tid not in {r for _, r in results}]
                 if missing:
-                    raise Invalid(ANTHROPIC_TOOL_USE_WITHOUT_RESULT % (i - 1, ", ".join(missing)),
-                                   outcome="malformed_history")
+                    raise Invalid(
+                        ANTHROPIC_TOOL_USE_WITHOUT_RESULT % (i - 1, ", ".join(missing)),
+                        outcome="malformed_history",
+                    )
                 pending = []
             else:
                 pending = [str(b.get("id")) for b in blocks if b.get("type") == "tool_use"]
@@ -116,8 +120,10 @@ class AnthropicWire(Wire):
                 tally.block(block, breakpoint_after="cache_control" in block)
             previous_role = role
         if pending:
-            raise Invalid(ANTHROPIC_TOOL_USE_WITHOUT_RESULT % (len(messages) - 1, ", ".join(pending)),
-                           outcome="malformed_history")
+            raise Invalid(
+                ANTHROPIC_TOOL_USE_WITHOUT_RESULT % (len(messages) - 1, ", ".join(pending)),
+                outcome="malformed_history",
+            )
 
     def _tally_block(self, block: Mapping[str, Any], tally: Tally) -> None:
         kind = block.get("type")
@@ -132,8 +138,9 @@ class AnthropicWire(Wire):
         else:
             tally.text(block.get("text") or block.get("thinking"))
 
-    def error(self, message: str, *, status: int = 400, param: str | None = None,
-              code: str | None = None) -> httpx.Response:
+    def error(
+        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None
+    ) -> httpx.Response:
         error_type = {429: "rate_limit_error", 404: "not_found_error"}.get(status, "invalid_request_error")
         return json_response(status, {"type": "error", "error": {"type": error_type, "message": message}})
 
@@ -152,19 +159,27 @@ class AnthropicWire(Wire):
 
     def rate_limited(self, model: str, retry_after: int, input_tokens: int) -> httpx.Response:
         response = self.error(ANTHROPIC_RATE_LIMIT, status=429)
-        response.headers.update({"retry-after": str(retry_after),
-                                 "anthropic-ratelimit-input-tokens-remaining": "0"})
+        response.headers.update(
+            {"retry-after": str(retry_after), "anthropic-ratelimit-input-tokens-remaining": "0"}
+        )
         return response
 
     def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
         content: list[dict[str, Any]] = [{"type": "text", "text": parts.text}] if parts.text else []
-        content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": json.loads(c.arguments or "{}")}
-                    for c in parts.tool_calls]
+        content += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": json.loads(c.arguments or "{}")}
+            for c in parts.tool_calls
+        ]
         stop = "max_tokens" if parts.truncated else "tool_use" if parts.tool_calls else "end_turn"
         usage = parts.usage
         return {
-            "id": parts.response_id, "type": "message", "role": "assistant", "model": parts.model,
-            "content": content, "stop_reason": stop, "stop_sequence": None,
+            "id": parts.response_id,
+            "type": "message",
+            "role": "assistant",
+            "model": parts.model,
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
             "usage": {
                 "input_tokens": usage.input_tokens,
                 "cache_creation_input_tokens": usage.cache_write_tokens,

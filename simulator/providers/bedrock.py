@@ -97,8 +97,9 @@ class BedrockConverseWire(Wire):
                     raise Invalid(BEDROCK_TOO_MANY_RESULTS % i, outcome="malformed_history")
                 missing = [tid for tid in pending if tid not in results]
                 if missing:
-                    raise Invalid(BEDROCK_EXPECTED_RESULTS % (i, ", ".join(missing)),
-                                   outcome="malformed_history")
+                    raise Invalid(
+                        BEDROCK_EXPECTED_RESULTS % (i, ", ".join(missing)), outcome="malformed_history"
+                    )
                 pending = []
             else:
                 pending = [str(b["toolUse"].get("toolUseId")) for b in blocks if "toolUse" in b]
@@ -107,8 +108,9 @@ class BedrockConverseWire(Wire):
                 tally.block(block, breakpoint_after="cachePoint" in block)
             previous_role = role
         if pending:
-            raise Invalid(BEDROCK_EXPECTED_RESULTS % (len(messages), ", ".join(pending)),
-                           outcome="malformed_history")
+            raise Invalid(
+                BEDROCK_EXPECTED_RESULTS % (len(messages), ", ".join(pending)), outcome="malformed_history"
+            )
         if body.get("toolConfig"):
             tally.json(body["toolConfig"])
 
@@ -126,13 +128,18 @@ class BedrockConverseWire(Wire):
         else:
             tally.text(block.get("text"))
 
-    def error(self, message: str, *, status: int = 400, param: str | None = None,
-              code: str | None = None) -> httpx.Response:
+    def error(
+        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None
+    ) -> httpx.Response:
         error_type = code or (BEDROCK_THROTTLING if status == 429 else BEDROCK_VALIDATION)
-        return json_response(status, {"message": message}, {
-            "x-amzn-errortype": error_type,
-            "x-amzn-requestid": "00000000-0000-4000-8000-000000000000",
-        })
+        return json_response(
+            status,
+            {"message": message},
+            {
+                "x-amzn-errortype": error_type,
+                "x-amzn-requestid": "00000000-0000-4000-8000-000000000000",
+            },
+        )
 
     def invalid_json(self, raw: bytes) -> httpx.Response:
         return self.error(BEDROCK_INVALID_JSON, code=BEDROCK_SERIALIZATION)
@@ -148,8 +155,10 @@ class BedrockConverseWire(Wire):
 
     def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
         content: list[dict[str, Any]] = [{"text": parts.text}] if parts.text else []
-        content += [{"toolUse": {"toolUseId": c.id, "name": c.name, "input": json.loads(c.arguments or "{}")}}
-                    for c in parts.tool_calls]
+        content += [
+            {"toolUse": {"toolUseId": c.id, "name": c.name, "input": json.loads(c.arguments or "{}")}}
+            for c in parts.tool_calls
+        ]
         stop = "max_tokens" if parts.truncated else "tool_use" if parts.tool_calls else "end_turn"
         usage = parts.usage
         return {

@@ -119,7 +119,7 @@ class PrefixDecoder:
             pos = first + ends[-1]
             pos = _skip(text, pos)
             if text[pos] == "]":
-                runs[first] = _Run(text[first:first + ends[-1]], values, ends)
+                runs[first] = _Run(text[first : first + ends[-1]], values, ends)
                 return list(values), pos + 1
             if text[pos] != ",":
                 raise _Unread

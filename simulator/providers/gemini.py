@@ -19,7 +19,7 @@ __all__ = ["GeminiWire"]
 
 # -- real error texts ---------------------------------------------------------
 
-GEMINI_INVALID_JSON = 'Invalid JSON payload received. Unexpected token.\n%s\n^'
+GEMINI_INVALID_JSON = "Invalid JSON payload received. Unexpected token.\n%s\n^"
 GEMINI_NO_CONTENTS = "* GenerateContentRequest.contents: contents is not specified\n"
 GEMINI_EMPTY_PARTS = "* GenerateContentRequest.contents[%d].parts: contents.parts must not be empty.\n"
 GEMINI_INVALID_ROLE = "Please use a valid role: user, model."
@@ -96,8 +96,9 @@ class GeminiWire(Wire):
         if body.get("tools"):
             tally.json(body["tools"])
 
-    def error(self, message: str, *, status: int = 400, param: str | None = None,
-              code: str | None = None) -> httpx.Response:
+    def error(
+        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None
+    ) -> httpx.Response:
         status_name = {429: "RESOURCE_EXHAUSTED", 404: "NOT_FOUND"}.get(status, "INVALID_ARGUMENT")
         return json_response(status, {"error": {"code": status, "message": message, "status": status_name}})
 
@@ -117,15 +118,19 @@ class GeminiWire(Wire):
 
     def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
         content: list[dict[str, Any]] = [{"text": parts.text}] if parts.text else []
-        content += [{"functionCall": {"name": c.name, "args": json.loads(c.arguments or "{}")}}
-                    for c in parts.tool_calls]
+        content += [
+            {"functionCall": {"name": c.name, "args": json.loads(c.arguments or "{}")}}
+            for c in parts.tool_calls
+        ]
         usage = parts.usage
         return {
-            "candidates": [{
-                "content": {"parts": content, "role": "model"},
-                "finishReason": "MAX_TOKENS" if parts.truncated else "STOP",
-                "index": 0,
-            }],
+            "candidates": [
+                {
+                    "content": {"parts": content, "role": "model"},
+                    "finishReason": "MAX_TOKENS" if parts.truncated else "STOP",
+                    "index": 0,
+                }
+            ],
             "usageMetadata": {
                 "promptTokenCount": usage.input_tokens,
                 "candidatesTokenCount": usage.output_tokens,

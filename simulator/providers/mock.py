@@ -122,6 +122,7 @@ INVALID_SHAPE = "ctxsim MockProvider could not read the request body (%s: %s); c
 
 # -- values ------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     """One scripted assistant reply: text and optional tool calls.
@@ -192,17 +193,31 @@ def format_for_path(path: str) -> str | None:
 
 
 WIRES: Mapping[str, Wire] = MappingProxyType(
-    {w.fmt: w for w in (OpenAIChatWire(), OpenAIResponsesWire(), AnthropicWire(), GeminiWire(),
-                        BedrockConverseWire())}
+    {
+        w.fmt: w
+        for w in (
+            OpenAIChatWire(),
+            OpenAIResponsesWire(),
+            AnthropicWire(),
+            GeminiWire(),
+            BedrockConverseWire(),
+        )
+    }
 )
 RESPONSE_ID_PREFIXES: Mapping[str, str] = MappingProxyType(
-    {"openai-chat": "chatcmpl-", "openai-responses": "resp_", "anthropic": "msg_01", "gemini": "",
-     "bedrock-converse": ""}
+    {
+        "openai-chat": "chatcmpl-",
+        "openai-responses": "resp_",
+        "anthropic": "msg_01",
+        "gemini": "",
+        "bedrock-converse": "",
+    }
 )
 
 
-def rate_limit_response(fmt: str, *, model: str = "", retry_after: int = DEFAULT_RETRY_AFTER_S,
-                        requested_tokens: int = 0) -> httpx.Response:
+def rate_limit_response(
+    fmt: str, *, model: str = "", retry_after: int = DEFAULT_RETRY_AFTER_S, requested_tokens: int = 0
+) -> httpx.Response:
     """The provider's real 429 answer (status, headers and body) for ``fmt``."""
     return _wire(fmt).rate_limited(model, retry_after, requested_tokens)
 
@@ -327,13 +342,22 @@ class MockProvider:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         raw = request.read()
         index = self._count + 1
-        record = {"index": index, "request": request, "request_bytes": len(raw), "model": "",
-                  "message_count": 0, "input_tokens": 0, "max_tokens": None}
+        record = {
+            "index": index,
+            "request": request,
+            "request_bytes": len(raw),
+            "model": "",
+            "message_count": 0,
+            "input_tokens": 0,
+            "max_tokens": None,
+        }
         path = request.url.raw_path.decode("ascii", "replace").split("?", 1)[0]
         match = PATH_PATTERNS[self.format].search(path)
         if request.method != "POST" or match is None:
-            message = (f"ctxsim MockProvider({self.format}) serves {PATH_HINTS[self.format]}; "
-                       f"got {request.method} {path}")
+            message = (
+                f"ctxsim MockProvider({self.format}) serves {PATH_HINTS[self.format]}; "
+                f"got {request.method} {path}"
+            )
             return self._record(self.wire.error(message, status=404), "not_found", record)
         try:
             body = self._decoder.loads(raw)
@@ -375,23 +399,27 @@ class MockProvider:
         response = self.wire.reply(parts) if stream is None else stream_response(self.wire, parts, stream)
         return self._record(response, outcome, record, usage=parts.usage)
 
-    def _stream_options(self, body: Mapping[str, Any], match: re.Match[str],
-                        params: httpx.QueryParams) -> StreamOptions | None:
+    def _stream_options(
+        self, body: Mapping[str, Any], match: re.Match[str], params: httpx.QueryParams
+    ) -> StreamOptions | None:
         """How the request asks to stream (the body's ``stream`` flag or a streaming path), or None."""
         if not (body.get("stream") is True or match.groupdict().get("stream")):
             return None
         usage = (body.get("stream_options") or {}).get("include_usage") is True
         return StreamOptions(include_usage=usage, sse=params.get("alt") == "sse")
 
-    def _record(self, response: httpx.Response, outcome: str, record: dict[str, Any],
-                usage: Usage | None = None) -> httpx.Response:
+    def _record(
+        self, response: httpx.Response, outcome: str, record: dict[str, Any], usage: Usage | None = None
+    ) -> httpx.Response:
         self._count += 1
         if usage is not None:
             total = self._usage
-            self._usage = Usage(total.input_tokens + usage.input_tokens,
-                                total.output_tokens + usage.output_tokens,
-                                total.cache_read_tokens + usage.cache_read_tokens,
-                                total.cache_write_tokens + usage.cache_write_tokens)
+            self._usage = Usage(
+                total.input_tokens + usage.input_tokens,
+                total.output_tokens + usage.output_tokens,
+                total.cache_read_tokens + usage.cache_read_tokens,
+                total.cache_write_tokens + usage.cache_write_tokens,
+            )
             self._cost += self.cost(usage)
         self.calls.append(ProviderCall(response=response, outcome=outcome, usage=usage, **record))
         return response

@@ -75,8 +75,9 @@ RESPONSES_MAX_OUTPUT_TOO_LARGE = (
 
 
 class _OpenAIErrors(Wire):
-    def error(self, message: str, *, status: int = 400, param: str | None = None,
-              code: str | None = None) -> httpx.Response:
+    def error(
+        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None
+    ) -> httpx.Response:
         return json_response(
             status,
             {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}},
@@ -94,9 +95,15 @@ class _OpenAIErrors(Wire):
                 "code": "rate_limit_exceeded",
             }
         }
-        return json_response(429, payload, {"retry-after": str(retry_after),
-                                             "x-ratelimit-limit-tokens": "30000",
-                                             "x-ratelimit-remaining-tokens": "0"})
+        return json_response(
+            429,
+            payload,
+            {
+                "retry-after": str(retry_after),
+                "x-ratelimit-limit-tokens": "30000",
+                "x-ratelimit-remaining-tokens": "0",
+            },
+        )
 
 
 def _resends(messages: list[Any], previous: list[Any]) -> bool:
@@ -125,8 +132,9 @@ class OpenAIChatWire(_OpenAIErrors):
             raise Invalid(OPENAI_MISSING_MODEL)
         messages = body.get("messages")
         if messages is None:
-            raise Invalid(OPENAI_MISSING_PARAMETER % "messages", param="messages",
-                           code="missing_required_parameter")
+            raise Invalid(
+                OPENAI_MISSING_PARAMETER % "messages", param="messages", code="missing_required_parameter"
+            )
         if not messages:
             raise Invalid(OPENAI_EMPTY_ARRAY % "messages", param="messages", code="empty_array")
         tally.message_count = len(messages)
@@ -144,13 +152,17 @@ class OpenAIChatWire(_OpenAIErrors):
                 raise Invalid(OPENAI_INVALID_ROLE % role, param=f"messages.[{i}].role", code="invalid_value")
             if role == "tool":
                 if message.get("tool_call_id") not in pending:
-                    raise Invalid(OPENAI_TOOL_WITHOUT_CALL, outcome="malformed_history",
-                                   param=f"messages.[{i}].role")
+                    raise Invalid(
+                        OPENAI_TOOL_WITHOUT_CALL, outcome="malformed_history", param=f"messages.[{i}].role"
+                    )
                 pending.remove(message["tool_call_id"])
             else:
                 if pending:
-                    raise Invalid(OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),
-                                   outcome="malformed_history", param=f"messages.[{i}].role")
+                    raise Invalid(
+                        OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),
+                        outcome="malformed_history",
+                        param=f"messages.[{i}].role",
+                    )
                 calls = (message.get("tool_calls") or []) if role == "assistant" else []
                 pending = [str(call.get("id")) for call in calls]
                 owner = i
@@ -170,8 +182,11 @@ class OpenAIChatWire(_OpenAIErrors):
         if isinstance(messages, list):
             self._resume = (list(messages), tally.chars, tally.images, list(pending), owner)
         if pending:
-            raise Invalid(OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending), outcome="malformed_history",
-                           param=f"messages.[{owner}].role")
+            raise Invalid(
+                OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),
+                outcome="malformed_history",
+                param=f"messages.[{owner}].role",
+            )
         if body.get("tools"):
             tally.json(body["tools"])
 
@@ -180,14 +195,19 @@ class OpenAIChatWire(_OpenAIErrors):
             message = OPENAI_CONTEXT_LENGTH % (window, input_tokens)
         elif max_tokens is not None and input_tokens + max_tokens > window:
             message = OPENAI_CONTEXT_LENGTH_WITH_COMPLETION % (
-                window, input_tokens + max_tokens, input_tokens, max_tokens)
+                window,
+                input_tokens + max_tokens,
+                input_tokens,
+                max_tokens,
+            )
         else:
             return None
         return self.error(message, param="messages", code="context_length_exceeded")
 
     def output_cap(self, param: str, requested: int, cap: int, model: str) -> httpx.Response:
-        return self.error(OPENAI_MAX_TOKENS_TOO_LARGE % (requested, cap, requested), param=param,
-                          code="invalid_value")
+        return self.error(
+            OPENAI_MAX_TOKENS_TOO_LARGE % (requested, cap, requested), param=param, code="invalid_value"
+        )
 
     def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": parts.text or None, "refusal": None}
@@ -226,8 +246,9 @@ class OpenAIResponsesWire(_OpenAIErrors):
             raise Invalid(OPENAI_MISSING_MODEL)
         items = body.get("input")
         if items is None:
-            raise Invalid(OPENAI_MISSING_PARAMETER % "input", param="input",
-                           code="missing_required_parameter")
+            raise Invalid(
+                OPENAI_MISSING_PARAMETER % "input", param="input", code="missing_required_parameter"
+            )
         tally.text(body.get("instructions"))
         if isinstance(items, str):
             tally.message_count = 1
@@ -245,15 +266,21 @@ class OpenAIResponsesWire(_OpenAIErrors):
                 tally.text(item.get("arguments"))
             elif kind == "function_call_output":
                 if item.get("call_id") not in calls:
-                    raise Invalid(RESPONSES_ORPHAN_OUTPUT % item.get("call_id"), outcome="malformed_history",
-                                   param="input")
+                    raise Invalid(
+                        RESPONSES_ORPHAN_OUTPUT % item.get("call_id"),
+                        outcome="malformed_history",
+                        param="input",
+                    )
                 answered.add(item["call_id"])
                 output = item.get("output")
                 tally.text(output) if isinstance(output, str) else tally.json(output)
             elif kind == "message":
                 if item.get("role") not in ("user", "assistant", "system", "developer"):
-                    raise Invalid(RESPONSES_INVALID_ROLE % item.get("role"), param=f"input[{i}].role",
-                                   code="invalid_value")
+                    raise Invalid(
+                        RESPONSES_INVALID_ROLE % item.get("role"),
+                        param=f"input[{i}].role",
+                        code="invalid_value",
+                    )
                 for part in content_blocks(item.get("content")):
                     if isinstance(part, dict) and part.get("type") == "input_image":
                         tally.images += 1
@@ -273,21 +300,34 @@ class OpenAIResponsesWire(_OpenAIErrors):
         return self.error(RESPONSES_CONTEXT_WINDOW, param="input", code="context_length_exceeded")
 
     def output_cap(self, param: str, requested: int, cap: int, model: str) -> httpx.Response:
-        return self.error(RESPONSES_MAX_OUTPUT_TOO_LARGE % (cap, requested), param=param,
-                          code="integer_above_max_value")
+        return self.error(
+            RESPONSES_MAX_OUTPUT_TOO_LARGE % (cap, requested), param=param, code="integer_above_max_value"
+        )
 
     def reply_payload(self, parts: ReplyParts) -> dict[str, Any]:
         suffix = parts.response_id.removeprefix("resp_")
         output: list[dict[str, Any]] = []
         if parts.text or not parts.tool_calls:
-            output.append({
-                "type": "message", "id": f"msg_{suffix}", "status": "incomplete" if parts.truncated else
-                "completed", "role": "assistant",
-                "content": [{"type": "output_text", "text": parts.text, "annotations": []}],
-            })
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{suffix}",
+                    "status": "incomplete" if parts.truncated else "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": parts.text, "annotations": []}],
+                }
+            )
         for n, call in enumerate(parts.tool_calls):
-            output.append({"type": "function_call", "id": f"fc_{suffix}{n}", "call_id": call.id,
-                           "name": call.name, "arguments": call.arguments, "status": "completed"})
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{suffix}{n}",
+                    "call_id": call.id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "status": "completed",
+                }
+            )
         usage = parts.usage
         return {
             "id": parts.response_id,

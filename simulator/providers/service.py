@@ -29,43 +29,64 @@ CREATED_EPOCH = 1_700_000_000
 MODELS_CREATED_AT = "2025-01-01T00:00:00Z"
 # Each host: the wire formats it serves and the prefix of its model ids (its models are the
 # priced families with that prefix, simulator.providers.prices.PRICES).
-HOSTS: Mapping[str, tuple[tuple[str, ...], str]] = MappingProxyType({
-    "openai": (("openai-chat", "openai-responses"), "gpt-"),
-    "openai-chat": (("openai-chat",), "gpt-"),
-    "openai-responses": (("openai-responses",), "gpt-"),
-    "anthropic": (("anthropic",), "claude-"),
-    "gemini": (("gemini",), "gemini-"),
-    "bedrock-converse": (("bedrock-converse",), ""),
-})
+HOSTS: Mapping[str, tuple[tuple[str, ...], str]] = MappingProxyType(
+    {
+        "openai": (("openai-chat", "openai-responses"), "gpt-"),
+        "openai-chat": (("openai-chat",), "gpt-"),
+        "openai-responses": (("openai-responses",), "gpt-"),
+        "anthropic": (("anthropic",), "claude-"),
+        "gemini": (("gemini",), "gemini-"),
+        "bedrock-converse": (("bedrock-converse",), ""),
+    }
+)
 
 
 def _openai_models(models: Sequence[str], window: int) -> dict[str, Any]:
     """``GET /v1/models`` of OpenAI: ``{"object": "list", "data": [{id, object, created, owned_by}]}``."""
-    return {"object": "list", "data": [{"id": m, "object": "model", "created": CREATED_EPOCH,
-                                        "owned_by": "ctxsim"} for m in models]}
+    return {
+        "object": "list",
+        "data": [
+            {"id": m, "object": "model", "created": CREATED_EPOCH, "owned_by": "ctxsim"} for m in models
+        ],
+    }
 
 
 def _anthropic_models(models: Sequence[str], window: int) -> dict[str, Any]:
     """``GET /v1/models`` of Anthropic: ``{"data": [{type, id, display_name, created_at}], has_more, …}``."""
     data = [{"type": "model", "id": m, "display_name": m, "created_at": MODELS_CREATED_AT} for m in models]
-    return {"data": data, "has_more": False, "first_id": models[0] if models else None,
-            "last_id": models[-1] if models else None}
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": models[0] if models else None,
+        "last_id": models[-1] if models else None,
+    }
 
 
 def _gemini_models(models: Sequence[str], window: int) -> dict[str, Any]:
     """``GET /v1beta/models`` of Gemini: ``{"models": [{name: "models/…", inputTokenLimit, …}]}``."""
-    return {"models": [{"name": f"models/{m}", "version": "001", "displayName": m, "inputTokenLimit": window,
-                        "supportedGenerationMethods": ["generateContent", "streamGenerateContent"]}
-                       for m in models]}
+    return {
+        "models": [
+            {
+                "name": f"models/{m}",
+                "version": "001",
+                "displayName": m,
+                "inputTokenLimit": window,
+                "supportedGenerationMethods": ["generateContent", "streamGenerateContent"],
+            }
+            for m in models
+        ]
+    }
 
 
 # (path suffix of the model list, its renderer) per wire format.
-MODEL_LISTS: Mapping[str, tuple[str, Callable[[Sequence[str], int], dict[str, Any]]]] = MappingProxyType({
-    "openai-chat": ("/models", _openai_models),
-    "openai-responses": ("/models", _openai_models),
-    "anthropic": ("/v1/models", _anthropic_models),
-    "gemini": ("/models", _gemini_models),
-})
+MODEL_LISTS: Mapping[str, tuple[str, Callable[[Sequence[str], int], dict[str, Any]]]] = MappingProxyType(
+    {
+        "openai-chat": ("/models", _openai_models),
+        "openai-responses": ("/models", _openai_models),
+        "anthropic": ("/v1/models", _anthropic_models),
+        "gemini": ("/models", _gemini_models),
+    }
+)
 
 
 class MockService:
@@ -88,15 +109,21 @@ class MockService:
         self._first = next(iter(self.providers.values()))
 
     @classmethod
-    def for_host(cls, host: str, *, context_window: int, seed: int = 0,
-                 keep_calls: int | None = None) -> MockService:
+    def for_host(
+        cls, host: str, *, context_window: int, seed: int = 0, keep_calls: int | None = None
+    ) -> MockService:
         """The mock of one host of :data:`HOSTS` (``openai`` serves Chat Completions and Responses)."""
         if host not in HOSTS:
             raise ValueError(f"unknown mock host {host!r}; valid hosts: {', '.join(HOSTS)}")
         formats, prefix = HOSTS[host]
         models = sorted(family for family in PRICES if prefix and family.startswith(prefix))
-        return cls([MockProvider(fmt, context_window=context_window, seed=seed, keep_calls=keep_calls)
-                    for fmt in formats], models=models)
+        return cls(
+            [
+                MockProvider(fmt, context_window=context_window, seed=seed, keep_calls=keep_calls)
+                for fmt in formats
+            ],
+            models=models,
+        )
 
     @property
     def call_count(self) -> int:
@@ -123,7 +150,7 @@ class MockService:
             listed = self._model_list(path)
             if listed is not None:
                 return listed
-        message = (f"ctxsim mock serves {', '.join(self.endpoints())}; got {request.method} {path}")
+        message = f"ctxsim mock serves {', '.join(self.endpoints())}; got {request.method} {path}"
         return self._first.wire.error(message, status=404)
 
     def _model_list(self, path: str) -> httpx.Response | None:

@@ -48,13 +48,15 @@ DELTA_CHARS = 24  # characters per text delta: real APIs send a few tokens per e
 SYSTEM_FINGERPRINT = "fp_ctxsim"
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 EVENTSTREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
-STREAM_CONTENT_TYPES: Mapping[str, str] = MappingProxyType({
-    "openai-chat": SSE_CONTENT_TYPE,
-    "openai-responses": SSE_CONTENT_TYPE,
-    "anthropic": SSE_CONTENT_TYPE,
-    "gemini": SSE_CONTENT_TYPE,
-    "bedrock-converse": EVENTSTREAM_CONTENT_TYPE,
-})
+STREAM_CONTENT_TYPES: Mapping[str, str] = MappingProxyType(
+    {
+        "openai-chat": SSE_CONTENT_TYPE,
+        "openai-responses": SSE_CONTENT_TYPE,
+        "anthropic": SSE_CONTENT_TYPE,
+        "gemini": SSE_CONTENT_TYPE,
+        "bedrock-converse": EVENTSTREAM_CONTENT_TYPE,
+    }
+)
 GEMINI_ARRAY_CONTENT_TYPE = "application/json; charset=UTF-8"
 EVENTSTREAM_STRING = 7  # header value type of a string in the AWS event-stream encoding
 Payload = Mapping[str, Any]
@@ -76,14 +78,20 @@ def sse_event(data: object, event: str | None = None, *, separator: str = "\n") 
 
 
 def _pieces(text: str) -> list[str]:
-    return [text[i:i + DELTA_CHARS] for i in range(0, len(text), DELTA_CHARS)]
+    return [text[i : i + DELTA_CHARS] for i in range(0, len(text), DELTA_CHARS)]
 
 
 # -- OpenAI Chat Completions -----------------------------------------------------------
 
+
 def _chat_events(parts: ReplyParts, payload: Payload, options: StreamOptions) -> Iterator[bytes]:
-    base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
-            "model": payload["model"], "system_fingerprint": SYSTEM_FINGERPRINT}
+    base = {
+        "id": payload["id"],
+        "object": "chat.completion.chunk",
+        "created": payload["created"],
+        "model": payload["model"],
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+    }
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -93,8 +101,18 @@ def _chat_events(parts: ReplyParts, payload: Payload, options: StreamOptions) ->
     for piece in _pieces(parts.text):
         yield chunk({"content": piece})
     for index, call in enumerate(parts.tool_calls):
-        yield chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                     "function": {"name": call.name, "arguments": ""}}]})
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": ""},
+                    }
+                ]
+            }
+        )
         for piece in _pieces(call.arguments):
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     yield chunk({}, payload["choices"][0]["finish_reason"])
@@ -104,6 +122,7 @@ def _chat_events(parts: ReplyParts, payload: Payload, options: StreamOptions) ->
 
 
 # -- OpenAI Responses ------------------------------------------------------------------
+
 
 def _responses_events(parts: ReplyParts, payload: Payload, options: StreamOptions) -> Iterator[bytes]:
     sequence = iter(range(1_000_000))
@@ -118,13 +137,25 @@ def _responses_events(parts: ReplyParts, payload: Payload, options: StreamOption
         if item["type"] == "message":
             yield from _responses_message(event, index, item)
         else:
-            yield event("response.output_item.added", output_index=index,
-                        item={**item, "arguments": "", "status": "in_progress"})
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "arguments": "", "status": "in_progress"},
+            )
             for piece in _pieces(item["arguments"]):
-                yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                            delta=piece)
-            yield event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                        name=item["name"], arguments=item["arguments"])
+                yield event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    delta=piece,
+                )
+            yield event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
             yield event("response.output_item.done", output_index=index, item=item)
     final = "response.incomplete" if payload["status"] == "incomplete" else "response.completed"
     yield event(final, response=payload)
@@ -133,8 +164,11 @@ def _responses_events(parts: ReplyParts, payload: Payload, options: StreamOption
 def _responses_message(event: Callable[..., bytes], index: int, item: Mapping[str, Any]) -> Iterator[bytes]:
     part = item["content"][0]
     where = {"item_id": item["id"], "output_index": index, "content_index": 0}
-    yield event("response.output_item.added", output_index=index,
-                item={**item, "status": "in_progress", "content": []})
+    yield event(
+        "response.output_item.added",
+        output_index=index,
+        item={**item, "status": "in_progress", "content": []},
+    )
     yield event("response.content_part.added", **where, part={**part, "text": ""})
     for piece in _pieces(part["text"]):
         yield event("response.output_text.delta", **where, delta=piece, logprobs=[])
@@ -145,35 +179,53 @@ def _responses_message(event: Callable[..., bytes], index: int, item: Mapping[st
 
 # -- Anthropic Messages ----------------------------------------------------------------
 
+
 def _anthropic_events(parts: ReplyParts, payload: Payload, options: StreamOptions) -> Iterator[bytes]:
     usage = payload["usage"]
-    start = {**payload, "content": [], "stop_reason": None, "stop_sequence": None,
-             "usage": {**usage, "output_tokens": 1}}
+    start = {
+        **payload,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
     yield sse_event({"type": "message_start", "message": start}, "message_start")
     for index, block in enumerate(payload["content"]):
         opening: dict[str, Any]
         if block["type"] == "text":
-            opening, deltas = {"type": "text", "text": ""}, [
-                {"type": "text_delta", "text": piece} for piece in _pieces(block["text"])]
+            opening, deltas = (
+                {"type": "text", "text": ""},
+                [{"type": "text_delta", "text": piece} for piece in _pieces(block["text"])],
+            )
         else:
             arguments = json.dumps(block["input"], ensure_ascii=False)
-            opening, deltas = {**block, "input": {}}, [
-                {"type": "input_json_delta", "partial_json": piece} for piece in ["", *_pieces(arguments)]]
-        yield sse_event({"type": "content_block_start", "index": index, "content_block": opening},
-                        "content_block_start")
+            opening, deltas = (
+                {**block, "input": {}},
+                [{"type": "input_json_delta", "partial_json": piece} for piece in ["", *_pieces(arguments)]],
+            )
+        yield sse_event(
+            {"type": "content_block_start", "index": index, "content_block": opening}, "content_block_start"
+        )
         if index == 0:
             yield sse_event({"type": "ping"}, "ping")
         for delta in deltas:
-            yield sse_event({"type": "content_block_delta", "index": index, "delta": delta},
-                            "content_block_delta")
+            yield sse_event(
+                {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
+            )
         yield sse_event({"type": "content_block_stop", "index": index}, "content_block_stop")
-    yield sse_event({"type": "message_delta",
-                     "delta": {"stop_reason": payload["stop_reason"], "stop_sequence": None},
-                     "usage": {"output_tokens": usage["output_tokens"]}}, "message_delta")
+    yield sse_event(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": payload["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": usage["output_tokens"]},
+        },
+        "message_delta",
+    )
     yield sse_event({"type": "message_stop"}, "message_stop")
 
 
 # -- Gemini ----------------------------------------------------------------------------
+
 
 def _gemini_chunks(payload: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     candidate = payload["candidates"][0]
@@ -188,10 +240,17 @@ def _gemini_chunks(payload: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         chunk: dict[str, Any] = {"content": {"parts": group, "role": "model"}, "index": 0}
         if last:
             chunk["finishReason"] = candidate["finishReason"]
-        yield {"candidates": [chunk],
-               "usageMetadata": usage if last else {"promptTokenCount": usage["promptTokenCount"],
-                                                    "totalTokenCount": usage["promptTokenCount"]},
-               "modelVersion": payload["modelVersion"], "responseId": payload["responseId"]}
+        yield {
+            "candidates": [chunk],
+            "usageMetadata": usage
+            if last
+            else {
+                "promptTokenCount": usage["promptTokenCount"],
+                "totalTokenCount": usage["promptTokenCount"],
+            },
+            "modelVersion": payload["modelVersion"],
+            "responseId": payload["responseId"],
+        }
 
 
 def _gemini_events(parts: ReplyParts, payload: Payload, options: StreamOptions) -> Iterator[bytes]:
@@ -206,14 +265,22 @@ def _gemini_events(parts: ReplyParts, payload: Payload, options: StreamOptions) 
 
 # -- Bedrock ConverseStream (AWS event-stream framing) ---------------------------------
 
+
 def eventstream_frame(event_type: str, payload: Mapping[str, Any]) -> bytes:
     """One AWS event-stream message: prelude (lengths + CRC32), string headers, JSON payload, CRC32."""
     headers = b""
-    for name, value in ((":event-type", event_type), (":content-type", "application/json"),
-                        (":message-type", "event")):
+    for name, value in (
+        (":event-type", event_type),
+        (":content-type", "application/json"),
+        (":message-type", "event"),
+    ):
         encoded = value.encode()
-        headers += struct.pack("!B", len(name)) + name.encode() + struct.pack("!BH", EVENTSTREAM_STRING,
-                                                                               len(encoded)) + encoded
+        headers += (
+            struct.pack("!B", len(name))
+            + name.encode()
+            + struct.pack("!BH", EVENTSTREAM_STRING, len(encoded))
+            + encoded
+        )
     body = json.dumps(payload, separators=(",", ":")).encode()
     total = 12 + len(headers) + len(body) + 4
     prelude = struct.pack("!II", total, len(headers))
@@ -226,28 +293,37 @@ def _bedrock_events(parts: ReplyParts, payload: Payload, options: StreamOptions)
     for index, block in enumerate(payload["output"]["message"]["content"]):
         if "text" in block:
             for piece in _pieces(block["text"]):
-                yield eventstream_frame("contentBlockDelta", {"contentBlockIndex": index,
-                                                              "delta": {"text": piece}})
+                yield eventstream_frame(
+                    "contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": piece}}
+                )
         else:
             use = block["toolUse"]
-            yield eventstream_frame("contentBlockStart", {"contentBlockIndex": index, "start": {
-                "toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}})
+            yield eventstream_frame(
+                "contentBlockStart",
+                {
+                    "contentBlockIndex": index,
+                    "start": {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}},
+                },
+            )
             for piece in _pieces(json.dumps(use["input"], ensure_ascii=False)):
-                yield eventstream_frame("contentBlockDelta", {"contentBlockIndex": index,
-                                                              "delta": {"toolUse": {"input": piece}}})
+                yield eventstream_frame(
+                    "contentBlockDelta", {"contentBlockIndex": index, "delta": {"toolUse": {"input": piece}}}
+                )
         yield eventstream_frame("contentBlockStop", {"contentBlockIndex": index})
     yield eventstream_frame("messageStop", {"stopReason": payload["stopReason"]})
     yield eventstream_frame("metadata", {"usage": payload["usage"], "metrics": payload["metrics"]})
 
 
 Streamer = Callable[[ReplyParts, Payload, StreamOptions], Iterator[bytes]]
-STREAMERS: Mapping[str, Streamer] = MappingProxyType({
-    "openai-chat": _chat_events,
-    "openai-responses": _responses_events,
-    "anthropic": _anthropic_events,
-    "gemini": _gemini_events,
-    "bedrock-converse": _bedrock_events,
-})
+STREAMERS: Mapping[str, Streamer] = MappingProxyType(
+    {
+        "openai-chat": _chat_events,
+        "openai-responses": _responses_events,
+        "anthropic": _anthropic_events,
+        "gemini": _gemini_events,
+        "bedrock-converse": _bedrock_events,
+    }
+)
 
 
 def stream_events(wire: Wire, parts: ReplyParts, options: StreamOptions = StreamOptions()) -> list[bytes]:
@@ -255,8 +331,9 @@ def stream_events(wire: Wire, parts: ReplyParts, options: StreamOptions = Stream
     return list(STREAMERS[wire.fmt](parts, wire.reply_payload(parts), options))
 
 
-def stream_response(wire: Wire, parts: ReplyParts,
-                    options: StreamOptions = StreamOptions()) -> httpx.Response:
+def stream_response(
+    wire: Wire, parts: ReplyParts, options: StreamOptions = StreamOptions()
+) -> httpx.Response:
     """A 200 streamed answer: the events of :func:`stream_events` with the provider's content type."""
     content_type = STREAM_CONTENT_TYPES[wire.fmt]
     if wire.fmt == "gemini" and not options.sse:

@@ -78,9 +78,7 @@ def content_blocks(content: object) -> list[Any]:
     return list(content) if isinstance(content, list) else []
 
 
-def json_response(
-    status: int, payload: object, headers: Mapping[str, str] | None = None
-) -> httpx.Response:
+def json_response(status: int, payload: object, headers: Mapping[str, str] | None = None) -> httpx.Response:
     """A JSON response with ``content-type: application/json`` plus ``headers``."""
     body = json.dumps(payload, ensure_ascii=False).encode()
     all_headers = {"content-type": "application/json", **(headers or {})}
@@ -118,8 +116,9 @@ class Wire(ABC):
         raise NotImplementedError
 
     @abstractmethod
-    def error(self, message: str, *, status: int = 400, param: str | None = None,
-              code: str | None = None) -> httpx.Response:
+    def error(
+        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None
+    ) -> httpx.Response:
         raise NotImplementedError
 
     @abstractmethod

@@ -39,8 +39,15 @@ from simulator.proxy.middlebox import Middlebox
 
 __all__ = ["ENDPOINTS", "AdminAnswer", "AdminApi", "AdminError", "fault_from_document", "view"]
 
-ENDPOINTS = ("GET /faults", "POST /faults", "GET /faults/{name}", "POST /faults/{name}",
-             "DELETE /faults/{name}", "POST /reset", "GET /stats")
+ENDPOINTS = (
+    "GET /faults",
+    "POST /faults",
+    "GET /faults/{name}",
+    "POST /faults/{name}",
+    "DELETE /faults/{name}",
+    "POST /reset",
+    "GET /stats",
+)
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 EXAMPLE = '{"name": "cap", "spec": "body-cap:128KB:waf-403-html", "toxicity": 1.0}'
 
@@ -70,8 +77,13 @@ def view(name: str, fault: Fault) -> dict[str, Any]:
         spec: str | None = fault_spec(fault)
     except ValueError:
         spec = None
-    return {"name": name, "kind": fault.kind, "toxicity": fault.probability, "spec": spec,
-            "fields": fault_fields(fault)}
+    return {
+        "name": name,
+        "kind": fault.kind,
+        "toxicity": fault.probability,
+        "spec": spec,
+        "fields": fault_fields(fault),
+    }
 
 
 def _document(body: bytes) -> dict[str, Any]:
@@ -94,8 +106,9 @@ def fault_from_document(document: Mapping[str, Any]) -> Fault:
             if not isinstance(spec, str):
                 raise AdminError(400, f"spec must be a string such as 'body-cap:128KB:nginx', got {spec!r}")
             if fields:
-                raise AdminError(400, f"give either spec or kind and fields, not both (got spec and "
-                                      f"{sorted(fields)})")
+                raise AdminError(
+                    400, f"give either spec or kind and fields, not both (got spec and {sorted(fields)})"
+                )
             fault = parse_fault_spec(spec)
         elif "kind" in fields:
             fault = fault_from_table(fields, "fault")
@@ -107,8 +120,9 @@ def fault_from_document(document: Mapping[str, Any]) -> Fault:
     if toxicity is None:
         return fault
     if isinstance(toxicity, bool) or not isinstance(toxicity, int | float) or not 0 <= toxicity <= 1:
-        raise AdminError(400, f"toxicity (the probability the fault fires) must be within [0, 1], "
-                              f"got {toxicity!r}")
+        raise AdminError(
+            400, f"toxicity (the probability the fault fires) must be within [0, 1], got {toxicity!r}"
+        )
     return dataclasses.replace(fault, probability=float(toxicity))
 
 
@@ -133,8 +147,11 @@ class AdminApi:
             routes = {"GET": self._list, "POST": lambda: self._add(_document(body))}
         elif len(parts) == 2 and parts[0] == "faults":
             name = unquote(parts[1])
-            routes = {"GET": lambda: self._one(name), "POST": lambda: self._replace(name, _document(body)),
-                      "DELETE": lambda: self._remove(name)}
+            routes = {
+                "GET": lambda: self._one(name),
+                "POST": lambda: self._replace(name, _document(body)),
+                "DELETE": lambda: self._remove(name),
+            }
         elif parts == ["reset"]:
             routes = {"POST": self._reset}
         elif parts == ["stats"] and self.stats is not None:
@@ -161,8 +178,11 @@ class AdminApi:
     def _add(self, document: dict[str, Any]) -> Answer:
         name = document.get("name")
         if name is not None and (not isinstance(name, str) or not NAME_RE.fullmatch(name)):
-            raise AdminError(400, "name must be 1-64 letters, digits, '.', '_' or '-' (starting with a "
-                                  f"letter or digit), got {name!r}")
+            raise AdminError(
+                400,
+                "name must be 1-64 letters, digits, '.', '_' or '-' (starting with a "
+                f"letter or digit), got {name!r}",
+            )
         fault = fault_from_document(document)
         try:
             name = self.middlebox.add_fault(fault, name)

@@ -53,8 +53,9 @@ HANDLER_FAILURES: tuple[tuple[type[Exception], int, str], ...] = (
 class Refusal(Exception):
     """The server refuses the request itself: ``status`` and ``outcome`` (see journal.OUTCOMES)."""
 
-    def __init__(self, message: str, status: int, outcome: str,
-                 headers: Iterable[tuple[str, str]] = ()) -> None:
+    def __init__(
+        self, message: str, status: int, outcome: str, headers: Iterable[tuple[str, str]] = ()
+    ) -> None:
         super().__init__(message)
         self.status, self.outcome, self.headers = status, outcome, tuple(headers)
 
@@ -83,8 +84,9 @@ def _raw_reply(response: httpx.Response, limit: int) -> Reply:
                 raise ValueError(f"the handler's answer exceeds max_body_bytes ({limit})")
             chunks.append(chunk)
         body = b"".join(chunks)
-    headers = tuple((k, v) for k, v in response.headers.raw
-                    if not (decoded and k.lower() == b"content-encoding"))
+    headers = tuple(
+        (k, v) for k, v in response.headers.raw if not (decoded and k.lower() == b"content-encoding")
+    )
     if b"close" in response.headers.get("connection", "").lower().encode():
         headers += ((b"connection", b"close"),)
     return Reply(response.status_code, headers, body)
@@ -93,10 +95,19 @@ def _raw_reply(response: httpx.Response, limit: int) -> Reply:
 class Dispatcher:
     """Serves requests for a LoopbackServer (one instance per running server, used in its loop)."""
 
-    def __init__(self, *, app: Any, deciding: bool, handler: Callable[[httpx.Request], httpx.Response] | None,
-                 forwarder: Forwarder | None, limits: ServerLimits, budget: ByteBudget,
-                 executor: ThreadPoolExecutor, on_record: Callable[[ExchangeRecord, ExchangeTrace], None],
-                 keep_bodies: bool) -> None:
+    def __init__(
+        self,
+        *,
+        app: Any,
+        deciding: bool,
+        handler: Callable[[httpx.Request], httpx.Response] | None,
+        forwarder: Forwarder | None,
+        limits: ServerLimits,
+        budget: ByteBudget,
+        executor: ThreadPoolExecutor,
+        on_record: Callable[[ExchangeRecord, ExchangeTrace], None],
+        keep_bodies: bool,
+    ) -> None:
         self.app, self.deciding, self.handler, self.forwarder = app, deciding, handler, forwarder
         self.limits, self.budget, self.executor = limits, budget, executor
         self.host_header = b"127.0.0.1"  # for a request without a Host header; the server sets its address
@@ -112,22 +123,31 @@ class Dispatcher:
         trace = ExchangeTrace(keep_bodies=self.keep_bodies)
         trace.request_headers = redact_headers(text_pairs(head.headers))
         trace.page_host, trace.page_path = self._seen_by_gateway(head, target)
-        ex = PendingExchange(head.method.decode("ascii", "replace"), redact_target(target),
-                             content_length(head), head_bytes(head), time.monotonic(), time.time(), trace,
-                             turn=self.requests)
+        ex = PendingExchange(
+            head.method.decode("ascii", "replace"),
+            redact_target(target),
+            content_length(head),
+            head_bytes(head),
+            time.monotonic(),
+            time.time(),
+            trace,
+            turn=self.requests,
+        )
         try:
             return await self._serve(conn, head, ex, busy)
         except (ConnectionError, TimeoutError, asyncio.CancelledError):
             raise
         except Exception as error:  # a bug here still gets the client an answer, never an empty reply
-            return await self._refuse(conn, ex, Refusal(f"handler-error: internal error: {error!r}", 500,
-                                                        "handler-error"))
+            return await self._refuse(
+                conn, ex, Refusal(f"handler-error: internal error: {error!r}", 500, "handler-error")
+            )
         finally:
             if ex.reserved:
                 self.budget.release(ex.reserved)
 
-    async def _serve(self, conn: HttpConnection, head: h11.Request, ex: PendingExchange,
-                     busy: str | None) -> bool:
+    async def _serve(
+        self, conn: HttpConnection, head: h11.Request, ex: PendingExchange, busy: str | None
+    ) -> bool:
         try:
             if ex.head_bytes > self.limits.max_head_bytes:
                 raise Refusal(head_too_large(self.limits), 431, "bad-request")
@@ -142,9 +162,17 @@ class Dispatcher:
         except Refusal as refusal:
             return await self._refuse(conn, ex, refusal)
         except BodyTooLarge:
-            return await self._refuse(conn, ex, Refusal(
-                f"request body exceeds the loopback server's max_body_bytes ({self.limits.max_body_bytes}); "
-                "raise max_body_bytes", 413, "body-too-large"))
+            return await self._refuse(
+                conn,
+                ex,
+                Refusal(
+                    f"request body exceeds the loopback server's max_body_bytes "
+                    f"({self.limits.max_body_bytes}); "
+                    "raise max_body_bytes",
+                    413,
+                    "body-too-large",
+                ),
+            )
         except OverBudget:
             return await self._refuse(conn, ex, over_budget(self.budget))
         except ClientTooSlow:
@@ -171,11 +199,13 @@ class Dispatcher:
     def _reserve_for(self, ex: PendingExchange) -> Callable[[int], bool] | None:
         """Reserve the declared body up front (503 before reading it), or chunk by chunk when chunked."""
         if ex.content_length is None:
+
             def reserve(n_bytes: int) -> bool:
                 if not self.budget.try_reserve(n_bytes):
                     return False
                 ex.reserved += n_bytes
                 return True
+
             return reserve
         if ex.content_length > self.limits.max_body_bytes:
             raise BodyTooLarge()
@@ -191,8 +221,11 @@ class Dispatcher:
             return self.requests
         shown = value[:32].decode("latin-1") + ("…" if len(value) > 32 else "")
         if value.isdigit() and len(value) > MAX_TURN_DIGITS:  # int() of 5,000 digits would raise
-            raise Refusal(f"{TURN_HEADER} must have at most {MAX_TURN_DIGITS} digits, got {len(value):,} "
-                          f"({shown!r})", 400, "bad-request")
+            raise Refusal(
+                f"{TURN_HEADER} must have at most {MAX_TURN_DIGITS} digits, got {len(value):,} ({shown!r})",
+                400,
+                "bad-request",
+            )
         if not value.isdigit() or int(value) < 1:
             raise Refusal(f"{TURN_HEADER} must be a positive integer, got {shown!r}", 400, "bad-request")
         return int(value)
@@ -200,8 +233,10 @@ class Dispatcher:
     def _too_slow(self, conn: HttpConnection) -> str:
         limits = self.limits
         if conn.phase == "body":
-            return (f"request body too slow: under {limits.min_body_rate:,} bytes/s after "
-                    f"{limits.body_timeout_s:g} s (min_body_rate, body_timeout_s)")
+            return (
+                f"request body too slow: under {limits.min_body_rate:,} bytes/s after "
+                f"{limits.body_timeout_s:g} s (min_body_rate, body_timeout_s)"
+            )
         return f"request head not complete within {limits.head_timeout_s:g} s (head_timeout_s)"
 
     # -- deciding and acting -------------------------------------------------------------------
@@ -213,13 +248,15 @@ class Dispatcher:
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers]
         try:
             decision: Respond | ConnectionFault | None = decide_headers(
-                ex.method, head.target.decode("ascii", "replace"), headers, ex.content_length, ex.turn)
+                ex.method, head.target.decode("ascii", "replace"), headers, ex.content_length, ex.turn
+            )
             return decision
         except Exception as error:
             raise self._handler_refusal(error) from error
 
-    async def _act_at_head(self, conn: HttpConnection, decision: Respond | ConnectionFault,
-                           ex: PendingExchange) -> bool:
+    async def _act_at_head(
+        self, conn: HttpConnection, decision: Respond | ConnectionFault, ex: PendingExchange
+    ) -> bool:
         """Carry out a decision taken from the head alone, before the body is in."""
         if isinstance(decision, Respond):
             ex.detail = "answered at the head"
@@ -261,8 +298,11 @@ class Dispatcher:
         ex.fault, ex.fault_name = self._named(decision.applied)
         if decision.delay_s > 0:  # silent (a gateway waiting on its upstream), unless the client leaves
             await conn.wait_for_eof(min(decision.delay_s, self.limits.max_fault_delay_s))
-        reply = Reply(decision.status, tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in
-                                             decision.headers), decision.body)
+        reply = Reply(
+            decision.status,
+            tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in decision.headers),
+            decision.body,
+        )
         ex.trace.response_headers = redact_headers(decision.headers)
         ex.trace.answer(decision.body)
         ex.response_bytes = len(decision.body)
@@ -295,8 +335,9 @@ class Dispatcher:
 
     # -- answering: a handler in a worker thread, or the upstream URL -------------------------
 
-    async def _answer(self, conn: HttpConnection, request: httpx.Request, forward: Forward,
-                      ex: PendingExchange) -> bool:
+    async def _answer(
+        self, conn: HttpConnection, request: httpx.Request, forward: Forward, ex: PendingExchange
+    ) -> bool:
         assert self.handler is not None
         started = time.monotonic()
         try:
@@ -308,9 +349,18 @@ class Dispatcher:
         except Exception as error:
             return await self._refuse(conn, ex, self._handler_refusal(error))
         ex.upstream_ms = (time.monotonic() - started) * 1000
-        return await relay(conn, reply.status, reply.headers, len(reply.body), reply.body, forward, ex,
-                           outcome="answered", max_delay_s=self.limits.max_fault_delay_s,
-                           record=self._recorder(ex))
+        return await relay(
+            conn,
+            reply.status,
+            reply.headers,
+            len(reply.body),
+            reply.body,
+            forward,
+            ex,
+            outcome="answered",
+            max_delay_s=self.limits.max_fault_delay_s,
+            record=self._recorder(ex),
+        )
 
     def _call_handler(self, request: httpx.Request) -> Reply:
         """Runs in a worker thread: the handler's answer as raw bytes."""
@@ -336,21 +386,28 @@ class Dispatcher:
                 await started.wait()
         except TimeoutError:
             future.cancel()
-            raise Refusal(f"server busy: no handler worker was free within {self.limits.queue_timeout_s:g} s "
-                          "(queue_timeout_s)", 503, "busy", (("retry-after", "1"),)) from None
+            raise Refusal(
+                f"server busy: no handler worker was free within {self.limits.queue_timeout_s:g} s "
+                "(queue_timeout_s)",
+                503,
+                "busy",
+                (("retry-after", "1"),),
+            ) from None
         async with asyncio.timeout(self.limits.handler_timeout_s):
             return await future
 
-    async def _forward(self, conn: HttpConnection, request: httpx.Request, forward: Forward,
-                       ex: PendingExchange) -> bool:
+    async def _forward(
+        self, conn: HttpConnection, request: httpx.Request, forward: Forward, ex: PendingExchange
+    ) -> bool:
         assert self.forwarder is not None
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.limits.handler_timeout_s):
                 if conn.upstream is None:
                     conn.upstream = self.forwarder.link()
-                response = await conn.upstream.send(request.method, request.url.raw_path,
-                                                    request.headers.raw, request.content)
+                response = await conn.upstream.send(
+                    request.method, request.url.raw_path, request.headers.raw, request.content
+                )
         except TimeoutError:
             within = f"no answer from {self.forwarder.shown} within {self.limits.handler_timeout_s:g} s"
             failure = UpstreamFailure("upstream-timeout", 504, within)
@@ -358,12 +415,22 @@ class Dispatcher:
         except UpstreamFailure as failure:
             return await self._upstream_failed(conn, failure, ex)
         ex.upstream_ms = (time.monotonic() - started) * 1000
-        return await relay(conn, response.status, response.headers, response.content_length,
-                           response.chunks(), forward, ex, outcome="forwarded",
-                           max_delay_s=self.limits.max_fault_delay_s, record=self._recorder(ex))
+        return await relay(
+            conn,
+            response.status,
+            response.headers,
+            response.content_length,
+            response.chunks(),
+            forward,
+            ex,
+            outcome="forwarded",
+            max_delay_s=self.limits.max_fault_delay_s,
+            record=self._recorder(ex),
+        )
 
-    async def _upstream_failed(self, conn: HttpConnection, failure: UpstreamFailure,
-                               ex: PendingExchange) -> bool:
+    async def _upstream_failed(
+        self, conn: HttpConnection, failure: UpstreamFailure, ex: PendingExchange
+    ) -> bool:
         if failure.status is not None:
             refusal = Refusal(f"{failure.outcome}: {failure.detail}", failure.status, failure.outcome)
             return await self._refuse(conn, ex, refusal)
@@ -392,6 +459,11 @@ def head_too_large(limits: ServerLimits) -> str:
 
 def over_budget(budget: ByteBudget) -> Refusal:
     """The 503 a request gets when its body would pass the in-flight budget."""
-    return Refusal(f"server busy: request bodies in flight would pass max_inflight_body_bytes "
-                   f"({budget.limit:,} bytes; {budget.used:,} in use); retry later or raise "
-                   "max_inflight_body_bytes", 503, "busy", (("retry-after", "1"),))
+    return Refusal(
+        f"server busy: request bodies in flight would pass max_inflight_body_bytes "
+        f"({budget.limit:,} bytes; {budget.used:,} in use); retry later or raise "
+        "max_inflight_body_bytes",
+        503,
+        "busy",
+        (("retry-after", "1"),),
+    )

@@ -64,38 +64,50 @@ __all__ = [
 
 # What a replay of the scenario must end with (the run's final outcome).
 OUTCOMES: tuple[str, ...] = (
-    "ok",               # every request succeeds at once
-    "recovered",        # a rejection was recovered by compaction and the run completed
-    "retried",          # a failure was resolved by a plain retry, without compaction
-    "escalated",        # output truncation was handled by max-token escalation
+    "ok",  # every request succeeds at once
+    "recovered",  # a rejection was recovered by compaction and the run completed
+    "retried",  # a failure was resolved by a plain retry, without compaction
+    "escalated",  # output truncation was handled by max-token escalation
     "max_tokens_lowered",  # a 400 said max_tokens is over the model's cap: lowered, resent, no compaction
     "content_blocked",  # a content/policy block: cap and history kept, the refused message set aside, run on
-    "no_compaction",    # the failure surfaced to the caller and the history was not compacted
+    "no_compaction",  # the failure surfaced to the caller and the history was not compacted
     "fail_fast_floor",  # the system prompt alone is over the limit: failed without spending attempts
-    "failed",           # every recovery attempt was spent; the error surfaced with the history intact
+    "failed",  # every recovery attempt was spent; the error surfaced with the history intact
 )
 # The classify kinds of SPEC §2.
 FAILURE_KINDS: tuple[str, ...] = (
-    "context_overflow", "payload_too_large", "waf_rejection", "suspected_payload", "malformed_history",
-    "output_truncated", "output_limit", "auth", "rate_limit", "transient_network", "other", "ok",
+    "context_overflow",
+    "payload_too_large",
+    "waf_rejection",
+    "suspected_payload",
+    "malformed_history",
+    "output_truncated",
+    "output_limit",
+    "auth",
+    "rate_limit",
+    "transient_network",
+    "other",
+    "ok",
 )
 SUMMARIZER_EXPECTATIONS: tuple[str, ...] = ("unused", *CALL_OUTCOMES)
 COMPACTION_LEVELS: tuple[int, ...] = (0, 1, 2, 3)
 FLOOR_WARNING_PREFIX = "⚠ System prompt alone is"  # SPEC §6 step 2
 # The [expect] keys, in the order problems are reported.
-EXPECT_FIELDS: Mapping[str, str] = MappingProxyType({
-    "outcome": "how the run ended",
-    "failure_kind": "the kind of its first failure",
-    "compaction_level": "the highest compaction level reached (0: none)",
-    "rejected_requests": "rejected requests per failure episode, in order",
-    "cap_learned": "whether the session ends with a learned payload cap",
-    "summarizer": "what the summarizer did",
-    "notices": "lines the user must see",
-    "floor_warning": "whether the floor warning was shown",
-    "content_blocks": "content blocks met, each leaving the learned cap as it was",
-    "final_max_tokens": "the max_tokens of the last request",
-    "requests_over_cap": "requests sent above the learned payload cap",
-})
+EXPECT_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "outcome": "how the run ended",
+        "failure_kind": "the kind of its first failure",
+        "compaction_level": "the highest compaction level reached (0: none)",
+        "rejected_requests": "rejected requests per failure episode, in order",
+        "cap_learned": "whether the session ends with a learned payload cap",
+        "summarizer": "what the summarizer did",
+        "notices": "lines the user must see",
+        "floor_warning": "whether the floor warning was shown",
+        "content_blocks": "content blocks met, each leaving the learned cap as it was",
+        "final_max_tokens": "the max_tokens of the last request",
+        "requests_over_cap": "requests sent above the learned payload cap",
+    }
+)
 # printf conversions of the SPEC texts (%s, %d, %.1f, %%) and what each stands for in a shown line.
 PLACEHOLDER_RE = re.compile(r"%(?:%|s|d|\.?\d*f)")
 PLACEHOLDER_PATTERNS: Mapping[str, str] = MappingProxyType({"%%": "%", "%s": ".+?", "%d": r"-?\d+"})
@@ -108,7 +120,7 @@ def notice_pattern(text: str) -> re.Pattern[str]:
     parts: list[str] = []
     position = 0
     for found in PLACEHOLDER_RE.finditer(text):
-        parts.append(re.escape(text[position:found.start()]))
+        parts.append(re.escape(text[position : found.start()]))
         token = found[0]
         parts.append(re.escape("%") if token == "%%" else PLACEHOLDER_PATTERNS.get(token, NUMBER_PATTERN))
         position = found.end()
@@ -164,22 +176,32 @@ class Expectation:
         if self.failure_kind is not None and (not kinds or kinds[0] != self.failure_kind):
             problems.append(f"first failure {kinds[0] if kinds else 'none'}, expected {self.failure_kind}")
         if self.compaction_level is not None and (seen.compaction_level or 0) != self.compaction_level:
-            problems.append(f"compaction level {seen.compaction_level or 'none'}, expected "
-                            f"{self.compaction_level or 'none'}")
+            problems.append(
+                f"compaction level {seen.compaction_level or 'none'}, expected "
+                f"{self.compaction_level or 'none'}"
+            )
         if self.rejected_requests is not None and seen.rejected_requests != self.rejected_requests:
-            problems.append(f"rejected requests per episode {list(seen.rejected_requests)}, expected "
-                            f"{list(self.rejected_requests)}")
+            problems.append(
+                f"rejected requests per episode {list(seen.rejected_requests)}, expected "
+                f"{list(self.rejected_requests)}"
+            )
         if self.cap_learned is not None and (seen.learned_cap is not None) != self.cap_learned:
-            problems.append(f"payload cap learned ({seen.learned_cap:,} bytes), expected none"
-                            if seen.learned_cap is not None else "no payload cap learned, expected one")
+            problems.append(
+                f"payload cap learned ({seen.learned_cap:,} bytes), expected none"
+                if seen.learned_cap is not None
+                else "no payload cap learned, expected one"
+            )
         if self.content_blocks is not None:
             problems += self._content_block_problems(seen.content_blocks)
         if self.final_max_tokens is not None and seen.final_max_tokens != self.final_max_tokens:
-            problems.append(f"last request's max_tokens {seen.final_max_tokens}, "
-                            f"expected {self.final_max_tokens}")
+            problems.append(
+                f"last request's max_tokens {seen.final_max_tokens}, expected {self.final_max_tokens}"
+            )
         if self.requests_over_cap is not None and seen.requests_over_cap != self.requests_over_cap:
-            problems.append(f"{seen.requests_over_cap} request(s) sent above the learned payload cap, "
-                            f"expected {self.requests_over_cap}")
+            problems.append(
+                f"{seen.requests_over_cap} request(s) sent above the learned payload cap, "
+                f"expected {self.requests_over_cap}"
+            )
         if self.summarizer is not None:
             problems += self._summarizer_problems(seen.summarizer_calls)
         for text in self.notices:
@@ -193,8 +215,11 @@ class Expectation:
         problems = []
         if len(blocks) != self.content_blocks:
             problems.append(f"{len(blocks)} content block(s), expected {self.content_blocks}")
-        problems += [f"a content block changed the learned cap ({_cap(before)} → {_cap(after)})"
-                     for before, after in blocks if before != after]
+        problems += [
+            f"a content block changed the learned cap ({_cap(before)} → {_cap(after)})"
+            for before, after in blocks
+            if before != after
+        ]
         return problems
 
     def _summarizer_problems(self, calls: tuple[str, ...]) -> list[str]:
@@ -235,15 +260,25 @@ def _rejected_requests(value: object) -> tuple[int, ...]:
     return tuple(counts)
 
 
-READERS: Mapping[str, Callable[[object], object]] = MappingProxyType({
-    "notices": _notices,
-    "rejected_requests": _rejected_requests,
-})
-ANNOTATIONS: Mapping[str, str] = MappingProxyType({
-    "outcome": "str", "failure_kind": "str", "summarizer": "str", "compaction_level": "int",
-    "cap_learned": "bool", "floor_warning": "bool", "content_blocks": "int", "final_max_tokens": "int",
-    "requests_over_cap": "int",
-})
+READERS: Mapping[str, Callable[[object], object]] = MappingProxyType(
+    {
+        "notices": _notices,
+        "rejected_requests": _rejected_requests,
+    }
+)
+ANNOTATIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "outcome": "str",
+        "failure_kind": "str",
+        "summarizer": "str",
+        "compaction_level": "int",
+        "cap_learned": "bool",
+        "floor_warning": "bool",
+        "content_blocks": "int",
+        "final_max_tokens": "int",
+        "requests_over_cap": "int",
+    }
+)
 
 
 def expectation_from_table(table: Mapping[str, Any], where: str) -> Expectation:

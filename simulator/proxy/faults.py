@@ -87,9 +87,11 @@ FALLBACK_RATE_LIMIT_BODY = '{"error":{"message":"Rate limit exceeded: too many r
 def render_page(page: PageVariant, ids: Mapping[str, str]) -> Respond:
     """``page`` as a middlebox answers it, its ``$name`` placeholders filled from ``ids``."""
     body = Template(page_text(page.file)).safe_substitute(ids).encode()
-    headers = (("content-type", page.content_type),
-               *((name, Template(value).safe_substitute(ids)) for name, value in page.headers),
-               ("connection", "close"))
+    headers = (
+        ("content-type", page.content_type),
+        *((name, Template(value).safe_substitute(ids)) for name, value in page.headers),
+        ("connection", "close"),
+    )
     return Respond(page.status, headers, body)
 
 
@@ -217,8 +219,15 @@ class RateLimit429(Fault):
         fmt = self.fmt or format_for_path(request.url.path)
         if fmt is None:
             body = (FALLBACK_RATE_LIMIT_BODY % self.retry_after).encode()
-            return Respond(429, (("content-type", "application/json"), ("retry-after", str(self.retry_after)),
-                                 ("connection", "close")), body)
+            return Respond(
+                429,
+                (
+                    ("content-type", "application/json"),
+                    ("retry-after", str(self.retry_after)),
+                    ("connection", "close"),
+                ),
+                body,
+            )
         response = rate_limit_response(fmt, retry_after=self.retry_after)
         headers = tuple((k, v) for k, v in response.headers.items() if k != "content-length")
         return Respond(429, headers + (("connection", "close"),), response.content)
@@ -326,8 +335,9 @@ class StatusPage(Fault):
             raise ValueError(f"status must be an HTTP status within 100..599, got {self.status}")
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return Respond(self.status, (("content-type", self.content_type), ("connection", "close")),
-                       self.body.encode())
+        return Respond(
+            self.status, (("content-type", self.content_type), ("connection", "close")), self.body.encode()
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,8 +363,23 @@ class UpstreamError(Fault):
 FAULT_KINDS: Mapping[str, type[Fault]] = MappingProxyType(
     {
         cls.kind: cls
-        for cls in (BodyCap, HeaderCap, WafBlock, ContentMatch, BedrockHtml403, ResetAfter, CloseAfterBody,
-                    SlowClose, IdleTimeout, RateLimit429, GatewayTimeout, StatusPage, UpstreamError, Latency,
-                    Bandwidth, CutStream)
+        for cls in (
+            BodyCap,
+            HeaderCap,
+            WafBlock,
+            ContentMatch,
+            BedrockHtml403,
+            ResetAfter,
+            CloseAfterBody,
+            SlowClose,
+            IdleTimeout,
+            RateLimit429,
+            GatewayTimeout,
+            StatusPage,
+            UpstreamError,
+            Latency,
+            Bandwidth,
+            CutStream,
+        )
     }
 )

@@ -32,11 +32,23 @@ from simulator.proxy.redact import redact_text, redact_url
 __all__ = ["Forwarder", "UpstreamFailure", "UpstreamLink", "UpstreamResponse"]
 
 TURN_HEADER = "x-ctxsim-turn"
-NOT_FORWARDED_HEADERS = frozenset({
-    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
-    b"te", b"trailer", b"transfer-encoding", b"upgrade", b"content-length", b"host", b"expect",
-    TURN_HEADER.encode(),
-})
+NOT_FORWARDED_HEADERS = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"host",
+        b"expect",
+        TURN_HEADER.encode(),
+    }
+)
 CONNECT_TIMEOUT_S = 10.0
 READ_CHUNK_BYTES = 64 * 1024
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -101,8 +113,9 @@ class Forwarder:
         """A new upstream connection for one client connection (close it with the client's)."""
         return UpstreamLink(self)
 
-    def failure(self, name: str, error: BaseException | str, outcome: str,
-                status: int | None) -> UpstreamFailure:
+    def failure(
+        self, name: str, error: BaseException | str, outcome: str, status: int | None
+    ) -> UpstreamFailure:
         """An UpstreamFailure whose detail names the error and the (redacted) upstream."""
         text = error if isinstance(error, str) else str(error) or type(error).__name__
         return UpstreamFailure(outcome, status, redact_text(f"{name} from {self.shown}: {text}"))
@@ -117,13 +130,20 @@ class UpstreamLink:
         self._writer: asyncio.StreamWriter | None = None
         self._h11: h11.Connection | None = None
 
-    async def send(self, method: str, raw_target: bytes, headers: Iterable[tuple[bytes, bytes]],
-                   body: bytes) -> UpstreamResponse:
+    async def send(
+        self, method: str, raw_target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes
+    ) -> UpstreamResponse:
         """Send a request and read the answer's head; raises UpstreamFailure."""
         kept = [(k, v) for k, v in headers if k.lower() not in NOT_FORWARDED_HEADERS]
-        head = h11.Request(method=method, target=self.forwarder.target_for(raw_target),
-                           headers=[(b"host", self.forwarder.host_header), *kept,
-                                    (b"content-length", str(len(body)).encode())])
+        head = h11.Request(
+            method=method,
+            target=self.forwarder.target_for(raw_target),
+            headers=[
+                (b"host", self.forwarder.host_header),
+                *kept,
+                (b"content-length", str(len(body)).encode()),
+            ],
+        )
         if self._reusable():
             assert self._h11 is not None
             self._h11.start_next_cycle()
@@ -134,9 +154,15 @@ class UpstreamLink:
 
     def _reusable(self) -> bool:
         """Whether the last exchange ended cleanly and the upstream has not closed the idle connection."""
-        return (self._h11 is not None and self._reader is not None and self._writer is not None
-                and self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE
-                and not self._reader.at_eof() and not self._writer.is_closing())
+        return (
+            self._h11 is not None
+            and self._reader is not None
+            and self._writer is not None
+            and self._h11.our_state is h11.DONE
+            and self._h11.their_state is h11.DONE
+            and not self._reader.at_eof()
+            and not self._writer.is_closing()
+        )
 
     async def _connect(self) -> None:
         forwarder = self.forwarder
@@ -144,8 +170,11 @@ class UpstreamLink:
         try:
             async with asyncio.timeout(min(CONNECT_TIMEOUT_S, forwarder.timeout_s)):
                 self._reader, self._writer = await asyncio.open_connection(
-                    forwarder.host, forwarder.port, ssl=context,
-                    server_hostname=forwarder.host if context is not None else None)
+                    forwarder.host,
+                    forwarder.port,
+                    ssl=context,
+                    server_hostname=forwarder.host if context is not None else None,
+                )
         except TimeoutError:
             raise forwarder.failure("ConnectTimeout", "timed out", "upstream-error", 502) from None
         except (OSError, ssl.SSLError) as error:
@@ -172,8 +201,11 @@ class UpstreamLink:
             if isinstance(event, h11.Response):
                 headers = [(k, v) for k, v in event.headers]
                 declared = dict(headers).get(b"content-length")
-                length = int(declared) if declared is not None and b"chunked" not in dict(headers).get(
-                    b"transfer-encoding", b"") else None
+                length = (
+                    int(declared)
+                    if declared is not None and b"chunked" not in dict(headers).get(b"transfer-encoding", b"")
+                    else None
+                )
                 return UpstreamResponse(event.status_code, headers, length, self)
 
     async def _next_event(self) -> object:

@@ -41,8 +41,18 @@ READ_CHUNK_BYTES = 64 * 1024
 # N body bytes then stops reading at N (at most this far past it when N is tiny).
 HEAD_CHUNK_BYTES = 4 * 1024
 HOP_BY_HOP_HEADERS = frozenset(
-    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
-     b"te", b"trailer", b"transfer-encoding", b"upgrade", b"content-length"}
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+    }
 )
 NO_BODY_STATUSES = frozenset({204, 304})
 
@@ -92,8 +102,14 @@ class HttpConnection:
     requests), ``head``, ``body``, ``busy`` (being answered).
     """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limits: ServerLimits,
-                 *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        limits: ServerLimits,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.reader, self.writer, self.limits, self.clock = reader, writer, limits, clock
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head_bytes)
         self.phase = "new"
@@ -149,8 +165,9 @@ class HttpConnection:
         except ConnectionError as error:
             raise ClientGone(str(error)) from error
 
-    async def read_body(self, *, stop_at: int | None = None,
-                        reserve: Callable[[int], bool] | None = None) -> bytes:
+    async def read_body(
+        self, *, stop_at: int | None = None, reserve: Callable[[int], bool] | None = None
+    ) -> bytes:
         """The whole body, or its first ``stop_at`` bytes and no more from the socket.
 
         ``reserve(n)`` is asked before each chunk is kept (False: :class:`OverBudget`).
@@ -191,8 +208,9 @@ class HttpConnection:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def _head(self, status: int, headers: Iterable[tuple[bytes, bytes]], close: bool,
-              content_length: int | None) -> bytes:
+    def _head(
+        self, status: int, headers: Iterable[tuple[bytes, bytes]], close: bool, content_length: int | None
+    ) -> bytes:
         kept = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP_HEADERS]
         if content_length is not None and status not in NO_BODY_STATUSES:
             kept.append((b"content-length", str(content_length).encode()))
@@ -201,8 +219,9 @@ class HttpConnection:
         reason = httpx.codes.get_reason_phrase(status).encode()
         return self.h11.send(h11.Response(status_code=status, headers=kept, reason=reason)) or b""
 
-    async def send_head(self, status: int, headers: Iterable[tuple[bytes, bytes]], *, close: bool,
-                        content_length: int | None) -> None:
+    async def send_head(
+        self, status: int, headers: Iterable[tuple[bytes, bytes]], *, close: bool, content_length: int | None
+    ) -> None:
         """Write a response head; without ``content_length`` the body goes chunked (or close-delimited)."""
         self.writer.write(self._head(status, headers, close, content_length))
         await self.drain()

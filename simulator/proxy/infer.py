@@ -51,18 +51,30 @@ from simulator.proxy.middlebox import Middlebox
 from simulator.proxy.pagebook import is_gateway_refusal, known_page
 
 __all__ = [
-    "Inference", "Observed", "RecordingError", "infer_scenario", "load_recording", "roundest",
-    "scenario_toml", "verify",
+    "Inference",
+    "Observed",
+    "RecordingError",
+    "infer_scenario",
+    "load_recording",
+    "roundest",
+    "scenario_toml",
+    "verify",
 ]
 
 PASS, DROP, SILENCE, CUT = "pass", "dropped", "silence", "cut"
-DROP_OUTCOMES = {"upstream-reset": "reset", "reset-after": "reset", "upstream-closed": "close",
-                 "close-after-body": "close", "slow-close": "close"}
+DROP_OUTCOMES = {
+    "upstream-reset": "reset",
+    "reset-after": "reset",
+    "upstream-closed": "close",
+    "close-after-body": "close",
+    "slow-close": "close",
+}
 SILENCE_OUTCOMES = frozenset({"upstream-timeout", "idle-timeout"})
 CUT_OUTCOMES = frozenset({"upstream-cut", "cut-stream"})
 # Candidate thresholds, roundest first: binary and decimal sizes, large to small.
-UNITS = tuple(sorted({2 ** k for k in range(31)} | {m * 10 ** k for k in range(10) for m in (1, 2, 5)},
-                     reverse=True))
+UNITS = tuple(
+    sorted({2**k for k in range(31)} | {m * 10**k for k in range(10) for m in (1, 2, 5)}, reverse=True)
+)
 VERIFY_HOST = "gateway.example"
 PAD_HEADER = "x-ctxsim-pad"  # pads a replayed request head to its recorded size
 
@@ -118,14 +130,21 @@ def _observed(entry: dict[str, Any], line: int) -> Observed:
     body = response.get("body") or {}
     size = _int(request, "content_length")
     return Observed(
-        line, _int(entry, "turn", default=0) or 0, str(entry.get("path", "")),
+        line,
+        _int(entry, "turn", default=0) or 0,
+        str(entry.get("path", "")),
         size if size is not None else _int(request, "body_bytes", default=0) or 0,
-        _int(request, "head_bytes", default=0) or 0, str(entry.get("outcome", "")), _int(entry, "status"),
-        str(response.get("content_type", "")), str(response.get("title", "")),
-        str(response.get("fingerprint", "")), body.get("text") if isinstance(body, dict) else None,
+        _int(request, "head_bytes", default=0) or 0,
+        str(entry.get("outcome", "")),
+        _int(entry, "status"),
+        str(response.get("content_type", "")),
+        str(response.get("title", "")),
+        str(response.get("fingerprint", "")),
+        body.get("text") if isinstance(body, dict) else None,
         int(retry_after) if retry_after.isdigit() else None,
         float((entry.get("timings") or {}).get("elapsed_ms") or 0.0),
-        _int(response, "body_bytes", default=0) or 0)
+        _int(response, "body_bytes", default=0) or 0,
+    )
 
 
 def load_recording(path: Path) -> tuple[dict[str, Any], list[Observed]]:
@@ -152,8 +171,10 @@ def load_recording(path: Path) -> tuple[dict[str, Any], list[Observed]]:
         elif "outcome" in entry and "request" in entry:
             observed.append(_observed(entry, number))
         else:
-            raise RecordingError(f"{path}:{number}: not an exchange of a ctxsim proxy --record file "
-                                 "(it needs outcome and request)")
+            raise RecordingError(
+                f"{path}:{number}: not an exchange of a ctxsim proxy --record file "
+                "(it needs outcome and request)"
+            )
     if not observed:
         raise RecordingError(f"{path}: no exchanges recorded; send requests through ctxsim proxy --record")
     return header, observed
@@ -180,8 +201,13 @@ class Inference:
     failure_kind: str | None = None
 
 
-def _fault_for(group: str, members: Sequence[Observed], threshold: int | None, turns: tuple[int, int] | None,
-               min_bytes: int = 0) -> tuple[Fault, str]:
+def _fault_for(
+    group: str,
+    members: Sequence[Observed],
+    threshold: int | None,
+    turns: tuple[int, int] | None,
+    min_bytes: int = 0,
+) -> tuple[Fault, str]:
     """The fault that gives ``members``' outcome, gated by a size ``threshold`` or a run of ``turns``."""
     gate: dict[str, Any] = {}
     if turns is not None:
@@ -218,9 +244,14 @@ def _fault_for(group: str, members: Sequence[Observed], threshold: int | None, t
         retry = first.retry_after or 20
         limited = RateLimit429(retry_after=retry, min_bytes=above or min_bytes, **gate)
         return limited, f"429, retry after {retry} s"
-    body = first.body if first.body is not None else (
-        f"(page not recorded: {first.title or first.content_type or 'status ' + str(status)}; "
-        "record with --record-bodies to reproduce it)")
+    body = (
+        first.body
+        if first.body is not None
+        else (
+            f"(page not recorded: {first.title or first.content_type or 'status ' + str(status)}; "
+            "record with --record-bodies to reproduce it)"
+        )
+    )
     kind = first.content_type or "text/plain; charset=utf-8"
     what = f"{status} {first.title or first.content_type}".strip() + " page"
     return StatusPage(status=status, body=body, content_type=kind, min_bytes=above or min_bytes, **gate), what
@@ -252,8 +283,13 @@ def _size_groups(observed: Sequence[Observed], candidates: set[str]) -> list[tup
             else:
                 seen_refusal.add(group)
         sizes = [(o.size, o.group) for _, members in bands for o in members]
-        broken |= {g for (s1, g1), (s2, g2) in zip(sizes, sizes[1:], strict=False) if s1 == s2 and g1 != g2
-                   for g in (g1, g2) if g != PASS}
+        broken |= {
+            g
+            for (s1, g1), (s2, g2) in zip(sizes, sizes[1:], strict=False)
+            if s1 == s2 and g1 != g2
+            for g in (g1, g2)
+            if g != PASS
+        }
         if not broken:
             return [(g, m) for g, m in bands if g != PASS]
         groups -= broken
@@ -309,18 +345,25 @@ def infer_scenario(observed: Sequence[Observed], *, fmt: str | None = None, seed
         smallest, largest = min(o.size for o in members), max(o.size for o in members)
         threshold = roundest(previous, smallest)
         fault, what = _fault_for(group, members, threshold, None)
-        size_faults.append((fault, f"{what} for bodies over {threshold:,} B "
-                                   f"({format_payload_size(threshold)}): {len(members)} seen of "
-                                   f"{smallest:,}–{largest:,} B; the limit lies in "
-                                   f"[{previous:,}, {smallest:,}) B (ctxsim probe narrows it)"))
+        size_faults.append(
+            (
+                fault,
+                f"{what} for bodies over {threshold:,} B "
+                f"({format_payload_size(threshold)}): {len(members)} seen of "
+                f"{smallest:,}–{largest:,} B; the limit lies in "
+                f"[{previous:,}, {smallest:,}) B (ctxsim probe narrows it)",
+            )
+        )
         previous = largest
     inference.faults.extend(reversed(size_faults))  # highest band first: the first fault that fires wins
     predictions = verify([fault for fault, _ in inference.faults], observed, seed=seed)
     inference.reproduced = sum(o.group == predicted for o, predicted in predictions)
     for o, predicted in predictions:
         if o.group != predicted:
-            inference.notes.append(f"line {o.line} (turn {o.turn}, {o.size:,} B): recorded "
-                                   f"{_describe(o.group)}, the scenario gives {_describe(predicted)}")
+            inference.notes.append(
+                f"line {o.line} (turn {o.turn}, {o.size:,} B): recorded "
+                f"{_describe(o.group)}, the scenario gives {_describe(predicted)}"
+            )
     return inference
 
 
@@ -328,8 +371,9 @@ def _describe(group: str) -> str:
     return group if ":" not in group else f"status {group.split(':')[0]} (page {group.split(':')[1]})"
 
 
-def verify(faults: Sequence[Fault], observed: Sequence[Observed], *,
-           seed: int = 0) -> list[tuple[Observed, str]]:
+def verify(
+    faults: Sequence[Fault], observed: Sequence[Observed], *, seed: int = 0
+) -> list[tuple[Observed, str]]:
     """Decide each recorded exchange anew with ``faults`` (in process): ``(observed, predicted group)``."""
     box = Middlebox(None, faults, seed=seed)
     predictions = []
@@ -357,6 +401,7 @@ def _group_of(decision: Forward | Respond | ConnectionFault, request: httpx.Requ
 
 # -- writing the scenario ------------------------------------------------------------------
 
+
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -369,21 +414,32 @@ def scenario_toml(inference: Inference, *, source: str, upstream: str = "") -> s
     """The scenario as TOML in the format of ``fixtures/scenarios/*.toml``."""
     where = f" with {upstream}" if upstream else ""
     kinds = ", ".join(dict.fromkeys(fault.kind for fault, _ in inference.faults)) or "no fault"
-    description = (f"Inferred by ctxsim infer from {source}: {inference.total} recorded exchanges{where}; "
-                   f"the gateway shows {kinds}.")
-    lines = [f"# Inferred by ctxsim infer from {source}.",
-             f"# It reproduces {inference.reproduced} of {inference.total} recorded outcomes (status and "
-             "page, a dropped connection, a silence).",
-             *(f"# differs: {note}" for note in inference.notes),
-             f"description = {_toml_value(description)}", "seed = 0", "",
-             "[provider]", f"format = {_toml_value(inference.format)}", ""]
+    description = (
+        f"Inferred by ctxsim infer from {source}: {inference.total} recorded exchanges{where}; "
+        f"the gateway shows {kinds}."
+    )
+    lines = [
+        f"# Inferred by ctxsim infer from {source}.",
+        f"# It reproduces {inference.reproduced} of {inference.total} recorded outcomes (status and "
+        "page, a dropped connection, a silence).",
+        *(f"# differs: {note}" for note in inference.notes),
+        f"description = {_toml_value(description)}",
+        "seed = 0",
+        "",
+        "[provider]",
+        f"format = {_toml_value(inference.format)}",
+        "",
+    ]
     for fault, evidence in inference.faults:
         lines += [f"# {evidence}", "[[fault]]"]
         lines += [f"{name} = {_toml_value(value)}" for name, value in fault_fields(fault).items()]
         lines.append("")
     outcome, failure = _expectation(inference)
-    lines += ["# [expect] is a guess from the recorded failures: check it before ctxsim run uses it.",
-              "[expect]", f"outcome = {_toml_value(outcome)}"]
+    lines += [
+        "# [expect] is a guess from the recorded failures: check it before ctxsim run uses it.",
+        "[expect]",
+        f"outcome = {_toml_value(outcome)}",
+    ]
     if failure is not None:
         lines.append(f"failure_kind = {_toml_value(failure)}")
     return "\n".join(lines) + "\n"

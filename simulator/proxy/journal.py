@@ -42,28 +42,30 @@ __all__ = [
 RECORD_FORMAT = "ctxsim-record/1"
 PAGE_PREFIX_BYTES = 64 * 1024  # pages are small; the fingerprint looks at this much of an answer
 # ExchangeRecord.outcome values; connection faults record their middlebox kind instead.
-OUTCOMES: Mapping[str, str] = MappingProxyType({
-    "answered": "the handler (or the middlebox's upstream) answered",
-    "forwarded": "relayed from the upstream URL",
-    "responded": "the middlebox answered itself (413, 431, 403 page, 429, 504)",
-    "reset-after": "TCP reset (SO_LINGER 0) after n_bytes of the body (mid-POST when declared longer)",
-    "close-after-body": "closed after the body without a response",
-    "slow-close": "silent, then closed without a response",
-    "idle-timeout": "silent until the client gave up (or the server's max fault delay)",
-    "cut-stream": "the answer was cut after n_bytes of its body (a shaping fault)",
-    "body-too-large": "413 from the server's own max_body_bytes bound",
-    "bad-request": "malformed HTTP or x-ctxsim-turn header",
-    "busy": "503: every connection slot is serving a request, or the in-flight body budget is spent",
-    "client-timeout": "408: the client missed its head deadline or its body's minimum rate",
-    "handler-error": "500: the handler raised",
-    "handler-timeout": "504: the handler ran past handler_timeout_s",
-    "upstream-error": "502: the upstream URL could not be reached",
-    "upstream-timeout": "504: the upstream URL did not answer within handler_timeout_s",
-    "upstream-reset": "the upstream URL reset the connection: the client's connection is reset too",
-    "upstream-closed": "the upstream URL closed without an answer: the client's connection is closed too",
-    "upstream-cut": "the upstream URL's answer broke off mid-body: the client's connection is closed",
-    "client-gone": "the client closed or reset before its body was complete",
-})
+OUTCOMES: Mapping[str, str] = MappingProxyType(
+    {
+        "answered": "the handler (or the middlebox's upstream) answered",
+        "forwarded": "relayed from the upstream URL",
+        "responded": "the middlebox answered itself (413, 431, 403 page, 429, 504)",
+        "reset-after": "TCP reset (SO_LINGER 0) after n_bytes of the body (mid-POST when declared longer)",
+        "close-after-body": "closed after the body without a response",
+        "slow-close": "silent, then closed without a response",
+        "idle-timeout": "silent until the client gave up (or the server's max fault delay)",
+        "cut-stream": "the answer was cut after n_bytes of its body (a shaping fault)",
+        "body-too-large": "413 from the server's own max_body_bytes bound",
+        "bad-request": "malformed HTTP or x-ctxsim-turn header",
+        "busy": "503: every connection slot is serving a request, or the in-flight body budget is spent",
+        "client-timeout": "408: the client missed its head deadline or its body's minimum rate",
+        "handler-error": "500: the handler raised",
+        "handler-timeout": "504: the handler ran past handler_timeout_s",
+        "upstream-error": "502: the upstream URL could not be reached",
+        "upstream-timeout": "504: the upstream URL did not answer within handler_timeout_s",
+        "upstream-reset": "the upstream URL reset the connection: the client's connection is reset too",
+        "upstream-closed": "the upstream URL closed without an answer: the client's connection is closed too",
+        "upstream-cut": "the upstream URL's answer broke off mid-body: the client's connection is closed",
+        "client-gone": "the client closed or reset before its body was complete",
+    }
+)
 TOKEN_WITH_DIGIT_RE = re.compile(rb"[A-Za-z0-9_.=+/-]*[0-9][A-Za-z0-9_.=+/-]*")
 WHITESPACE_RE = re.compile(rb"\s+")
 TITLE_RE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
@@ -152,11 +154,22 @@ class PendingExchange:
     def record(self, outcome: str, status: int | None, detail: str = "") -> ExchangeRecord:
         """The record of this exchange as it ends with ``outcome``."""
         return ExchangeRecord(
-            self.turn, self.method, self.path, self.body_bytes, outcome, status, detail, self.content_length,
-            fault=self.fault, fault_name=self.fault_name, response_bytes=self.response_bytes,
-            head_bytes=self.head_bytes, started_at=self.started_at,
+            self.turn,
+            self.method,
+            self.path,
+            self.body_bytes,
+            outcome,
+            status,
+            detail,
+            self.content_length,
+            fault=self.fault,
+            fault_name=self.fault_name,
+            response_bytes=self.response_bytes,
+            head_bytes=self.head_bytes,
+            started_at=self.started_at,
             elapsed_ms=round((time.monotonic() - self.started) * 1000, 3),
-            upstream_ms=None if self.upstream_ms is None else round(self.upstream_ms, 3))
+            upstream_ms=None if self.upstream_ms is None else round(self.upstream_ms, 3),
+        )
 
 
 def page_fingerprint(body: bytes, *, host: str = "", path: str = "") -> str:
@@ -210,22 +223,40 @@ def record_entry(record: ExchangeRecord, trace: ExchangeTrace) -> dict[str, Any]
     """One ``--record`` line: the record plus headers, page title and fingerprint, bodies if kept."""
     prefix = bytes(trace.response_prefix)
     fingerprint = page_fingerprint(prefix, host=trace.page_host, path=trace.page_path)
-    request: dict[str, Any] = {"head_bytes": record.head_bytes, "body_bytes": record.body_bytes,
-                               "content_length": record.content_length,
-                               "headers": [list(pair) for pair in trace.request_headers]}
-    response: dict[str, Any] = {"body_bytes": record.response_bytes,
-                                "headers": [list(pair) for pair in trace.response_headers],
-                                "content_type": _header(trace.response_headers, "content-type"),
-                                "title": page_title(prefix), "fingerprint": fingerprint}
+    request: dict[str, Any] = {
+        "head_bytes": record.head_bytes,
+        "body_bytes": record.body_bytes,
+        "content_length": record.content_length,
+        "headers": [list(pair) for pair in trace.request_headers],
+    }
+    response: dict[str, Any] = {
+        "body_bytes": record.response_bytes,
+        "headers": [list(pair) for pair in trace.response_headers],
+        "content_type": _header(trace.response_headers, "content-type"),
+        "title": page_title(prefix),
+        "fingerprint": fingerprint,
+    }
     if trace.keep_bodies:
         request["body"] = _body(trace.request_body)
         response["body"] = _body(trace.response_body)
-    return {"time": _iso(record.started_at), "turn": record.turn, "method": record.method,
-            "path": record.path, "outcome": record.outcome, "status": record.status,
-            "fault": record.fault, "fault_name": record.fault_name, "detail": record.detail,
-            "request": request, "response": response,
-            "timings": {"elapsed_ms": record.elapsed_ms, "upstream_ms": record.upstream_ms,
-                        "ttfb_ms": trace.ttfb_ms}}
+    return {
+        "time": _iso(record.started_at),
+        "turn": record.turn,
+        "method": record.method,
+        "path": record.path,
+        "outcome": record.outcome,
+        "status": record.status,
+        "fault": record.fault,
+        "fault_name": record.fault_name,
+        "detail": record.detail,
+        "request": request,
+        "response": response,
+        "timings": {
+            "elapsed_ms": record.elapsed_ms,
+            "upstream_ms": record.upstream_ms,
+            "ttfb_ms": trace.ttfb_ms,
+        },
+    }
 
 
 class JsonLines:

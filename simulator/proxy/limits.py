@@ -26,13 +26,13 @@ class ServerLimits:
     max_head_bytes: int = 256 * 1024
     max_inflight_body_bytes: int = 256 * MIB
     max_connections: int = 256
-    read_timeout_s: float = 30.0      # an idle keep-alive connection's wait for its next request; each write
-    head_timeout_s: float = 10.0      # a request head, from its first byte to its end
-    body_timeout_s: float = 10.0      # grace before min_body_rate applies to a body
-    min_body_rate: int = 16 * 1024    # bytes per second, averaged over the body
+    read_timeout_s: float = 30.0  # an idle keep-alive connection's wait for its next request; each write
+    head_timeout_s: float = 10.0  # a request head, from its first byte to its end
+    body_timeout_s: float = 10.0  # grace before min_body_rate applies to a body
+    min_body_rate: int = 16 * 1024  # bytes per second, averaged over the body
     handler_timeout_s: float = 120.0  # a handler's or the upstream's answer, counted from the call
-    max_fault_delay_s: float = 30.0   # the longest silence a fault may impose
-    queue_timeout_s: float = 300.0    # the longest wait for a free handler worker (not handler time)
+    max_fault_delay_s: float = 30.0  # the longest silence a fault may impose
+    queue_timeout_s: float = 300.0  # the longest wait for a free handler worker (not handler time)
 
     def __post_init__(self) -> None:
         for field in fields(self):

@@ -169,11 +169,22 @@ class LoopbackServer:
         self.host = loopback_host(host)
         for name, number in (("port", port), ("admin_port", admin_port)):
             if number is not None and not 0 <= number <= 65535:
-                raise ValueError(f"LoopbackServer {name} must be within 0..65535 (0 picks a free port), "
-                                 f"got {number}")
-        self.limits = ServerLimits(max_body_bytes, max_head_bytes, max_inflight_body_bytes, max_connections,
-                                   read_timeout_s, head_timeout_s, body_timeout_s, min_body_rate,
-                                   handler_timeout_s, max_fault_delay_s, queue_timeout_s)
+                raise ValueError(
+                    f"LoopbackServer {name} must be within 0..65535 (0 picks a free port), got {number}"
+                )
+        self.limits = ServerLimits(
+            max_body_bytes,
+            max_head_bytes,
+            max_inflight_body_bytes,
+            max_connections,
+            read_timeout_s,
+            head_timeout_s,
+            body_timeout_s,
+            min_body_rate,
+            handler_timeout_s,
+            max_fault_delay_s,
+            queue_timeout_s,
+        )
         for name, count in (("handler_workers", handler_workers), ("keep_records", keep_records)):
             if count < 1:
                 raise ValueError(f"LoopbackServer {name} must be > 0, got {count}")
@@ -183,8 +194,10 @@ class LoopbackServer:
             if url.scheme not in ("http", "https") or not url.host:
                 raise ValueError(f"upstream must be an http:// or https:// URL with a host, got {upstream!r}")
             if app is not None and not self._deciding:
-                raise ValueError("pass either a handler or upstream=, not both; "
-                                 "put a Middlebox in front of the upstream to inject faults")
+                raise ValueError(
+                    "pass either a handler or upstream=, not both; "
+                    "put a Middlebox in front of the upstream to inject faults"
+                )
         elif app is None:
             raise ValueError("LoopbackServer needs an app (a handler or a middlebox) or upstream=URL")
         elif self._deciding and getattr(app, "upstream", None) is None:
@@ -253,9 +266,13 @@ class LoopbackServer:
     def stats(self) -> dict[str, Any]:
         """Counters of the server (served at the admin API's ``GET /stats``)."""
         return {
-            "requests": self.served, "outcomes": dict(self.outcomes), "connections": len(self._conns),
-            "peak_connections": self.peak_connections, "evicted_connections": self.evicted,
-            "inflight_body_bytes": self._budget.used, "peak_inflight_body_bytes": self._budget.peak,
+            "requests": self.served,
+            "outcomes": dict(self.outcomes),
+            "connections": len(self._conns),
+            "peak_connections": self.peak_connections,
+            "evicted_connections": self.evicted,
+            "inflight_body_bytes": self._budget.used,
+            "peak_inflight_body_bytes": self._budget.peak,
             "budget_refusals": self._budget.refused,
             "rejected_by_fault": dict(getattr(self.app, "rejected", {})),
         }
@@ -274,18 +291,28 @@ class LoopbackServer:
         forwarder = None
         if self.upstream is not None:
             forwarder = Forwarder(self.upstream, timeout_s=self.limits.handler_timeout_s)
-        self._dispatcher = Dispatcher(app=self.app, deciding=self._deciding, handler=self._handler,
-                                      forwarder=forwarder, limits=self.limits, budget=self._budget,
-                                      executor=self._executor, on_record=self._on_record,
-                                      keep_bodies=self.record_bodies)
+        self._dispatcher = Dispatcher(
+            app=self.app,
+            deciding=self._deciding,
+            handler=self._handler,
+            forwarder=forwarder,
+            limits=self.limits,
+            budget=self._budget,
+            executor=self._executor,
+            on_record=self._on_record,
+            keep_bodies=self.record_bodies,
+        )
         self._thread = threading.Thread(target=self._run, name="ctxsim-loopback", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout_s) or self._error is not None:
             error = self._error
             self.stop()
             if error is not None:
-                where, cause = ((error.address, error.error) if isinstance(error, _BindError)
-                                else (f"{self.host}:{self.requested_port}", error))
+                where, cause = (
+                    (error.address, error.error)
+                    if isinstance(error, _BindError)
+                    else (f"{self.host}:{self.requested_port}", error)
+                )
                 raise ServerStartError(f"LoopbackServer could not start on {where}: {cause}") from error
             raise ServerStartError(f"LoopbackServer did not start within {timeout_s} s")
         return self
@@ -337,8 +364,9 @@ class LoopbackServer:
         if self.requested_admin_port is not None:
             admin = AdminApi(self.app, stats=self.stats)  # type: ignore[arg-type]
             try:
-                servers.append(await self._bind(lambda r, w: self._serve_admin(r, w, admin),
-                                                self.requested_admin_port))
+                servers.append(
+                    await self._bind(lambda r, w: self._serve_admin(r, w, admin), self.requested_admin_port)
+                )
             except _BindError:
                 servers[0].close()
                 raise
@@ -370,19 +398,27 @@ class LoopbackServer:
 
     def _record_early(self, outcome: str, status: int, detail: str) -> None:
         """A request that failed before its head was read (malformed, too slow)."""
-        self._on_record(ExchangeRecord(0, "", "", 0, outcome, status, detail, started_at=time.time()),
-                        ExchangeTrace())
+        self._on_record(
+            ExchangeRecord(0, "", "", 0, outcome, status, detail, started_at=time.time()), ExchangeTrace()
+        )
 
     # -- connections -----------------------------------------------------------------------------
 
     def _make_room(self, newcomer: asyncio.Task[Any]) -> bool:
         """Close an idle keep-alive connection, else one stalled before its head; False if none."""
         now = time.monotonic()
-        idle = [(conn.phase_since, task) for task, conn in self._conns.items()
-                if task is not newcomer and conn.phase == "idle"]
-        stalled = [(conn.phase_since, task) for task, conn in self._conns.items()
-                   if task is not newcomer and conn.phase in ("new", "head")
-                   and now - conn.phase_since > EVICT_STALLED_AFTER_S]
+        idle = [
+            (conn.phase_since, task)
+            for task, conn in self._conns.items()
+            if task is not newcomer and conn.phase == "idle"
+        ]
+        stalled = [
+            (conn.phase_since, task)
+            for task, conn in self._conns.items()
+            if task is not newcomer
+            and conn.phase in ("new", "head")
+            and now - conn.phase_since > EVICT_STALLED_AFTER_S
+        ]
         victims = sorted(idle) or sorted(stalled)
         if not victims:
             return False
@@ -400,8 +436,10 @@ class LoopbackServer:
         self.peak_connections = max(self.peak_connections, len(self._conns))
         busy = None
         if len(self._conns) > self.limits.max_connections and not self._make_room(task):
-            busy = (f"server busy: all {self.limits.max_connections} connections (max_connections) are "
-                    "serving requests; retry shortly")
+            busy = (
+                f"server busy: all {self.limits.max_connections} connections (max_connections) are "
+                "serving requests; retry shortly"
+            )
         try:
             while True:
                 try:
@@ -413,8 +451,9 @@ class LoopbackServer:
                     await conn.fault_reply(text_reply(status, f"{detail}\n"))
                     return
                 except ClientTooSlow:
-                    detail = (f"request head not complete within {self.limits.head_timeout_s:g} s "
-                              "(head_timeout_s)")
+                    detail = (
+                        f"request head not complete within {self.limits.head_timeout_s:g} s (head_timeout_s)"
+                    )
                     self._record_early("client-timeout", 408, detail)
                     await conn.fault_reply(text_reply(408, f"{detail}\n"))
                     return
@@ -431,8 +470,9 @@ class LoopbackServer:
             if conn.upstream is not None:
                 await conn.upstream.aclose()
 
-    async def _serve_admin(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           admin: AdminApi) -> None:
+    async def _serve_admin(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, admin: AdminApi
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         conn = HttpConnection(reader, writer, ADMIN_LIMITS)
@@ -445,16 +485,23 @@ class LoopbackServer:
                     limit = ADMIN_LIMITS.max_body_bytes
                     await conn.fault_reply(json_reply(413, {"error": f"the body is over {limit:,} bytes"}))
                     return
-                answer = admin.handle(head.method.decode("ascii", "replace"),
-                                      head.target.decode("ascii", "replace"), body)
+                answer = admin.handle(
+                    head.method.decode("ascii", "replace"), head.target.decode("ascii", "replace"), body
+                )
                 reply = json_reply(answer.status, answer.document, answer.headers)
                 if not await conn.send(reply, close=False) or not conn.reusable:
                     return
                 conn.h11.start_next_cycle()
         except h11.RemoteProtocolError as error:
             await conn.fault_reply(json_reply(error.error_status_hint, {"error": f"malformed HTTP: {error}"}))
-        except (TimeoutError, ConnectionError, ClientGone, ClientTooSlow, h11.ProtocolError,
-                asyncio.CancelledError):
+        except (
+            TimeoutError,
+            ConnectionError,
+            ClientGone,
+            ClientTooSlow,
+            h11.ProtocolError,
+            asyncio.CancelledError,
+        ):
             pass
         finally:
             self._admin_conns.discard(task)

@@ -108,8 +108,9 @@ class Middlebox:
         self._named: tuple[tuple[str, Fault], ...] = ()
         for fault in faults:
             self.add_fault(fault)
-        self.rejections: MutableSequence[Rejection] = [] if keep_rejections is None else deque(
-            maxlen=keep_rejections)
+        self.rejections: MutableSequence[Rejection] = (
+            [] if keep_rejections is None else deque(maxlen=keep_rejections)
+        )
         self.rejected: Counter[str] = Counter()
         self.requests = 0
         self.forwarded = 0
@@ -240,12 +241,14 @@ class Middlebox:
             return False
         return fault.probability >= 1.0 or self._draws.random() < fault.probability
 
-    def _reject(self, name: str, fault: Fault, request: httpx.Request, body_bytes: int, turn: int,
-                forward: Forward) -> Respond | ConnectionFault:
+    def _reject(
+        self, name: str, fault: Fault, request: httpx.Request, body_bytes: int, turn: int, forward: Forward
+    ) -> Respond | ConnectionFault:
         decision = fault.action(request, self._page_ids(request))
         if isinstance(decision, Respond):
-            decision = dataclasses.replace(decision, delay_s=decision.delay_s + forward.latency_s,
-                                           applied=(name, *forward.applied))
+            decision = dataclasses.replace(
+                decision, delay_s=decision.delay_s + forward.latency_s, applied=(name, *forward.applied)
+            )
         self.rejections.append(Rejection(turn, fault.kind, body_bytes, decision, name))
         self.rejected[fault.kind] += 1
         return decision
@@ -267,8 +270,10 @@ class Middlebox:
         rng = self._ids
         stamp = 1_700_000_000 + rng.randrange(10**8)
         reference = f"18.{rng.getrandbits(32):08x}.{stamp}.{rng.getrandbits(32):08x}"
-        transaction = (f"{rng.getrandbits(32):08x}-{rng.getrandbits(16):04x}-4{rng.getrandbits(12):03x}-"
-                       f"8{rng.getrandbits(12):03x}-{rng.getrandbits(48):012x}")
+        transaction = (
+            f"{rng.getrandbits(32):08x}-{rng.getrandbits(16):04x}-4{rng.getrandbits(12):03x}-"
+            f"8{rng.getrandbits(12):03x}-{rng.getrandbits(48):012x}"
+        )
         return {
             "host": request.url.host,
             "path": request.url.path,

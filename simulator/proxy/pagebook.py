@@ -34,11 +34,18 @@ __all__ = ["GATEWAY_STATUSES", "KnownPage", "is_gateway_refusal", "known_page", 
 # Cloudflare's 52x origin errors). A 403 counts when it is HTML (a WAF page on a JSON API).
 GATEWAY_STATUSES = frozenset({408, 413, 429, 431, 502, 503, 504, 520, 521, 522, 523, 524})
 # Placeholders a bundled page is rendered with to fingerprint it (host and path are normalised away).
-SAMPLE_IDS: Mapping[str, str] = MappingProxyType({
-    "host": "gateway.example", "path": "/v1/messages", "client_ip": "192.0.2.1", "ray_id": "8f3a2b1c0d9e8f7a",
-    "reference": "18.2f1e3d4c.1700000000.5a6b7c8d", "support_id": "1234567890123456789",
-    "cf_id": "A1b2C3d4" * 7, "transaction_id": "0a1b2c3d-4e5f-4a1b-8c2d-3e4f5a6b7c8d",
-})
+SAMPLE_IDS: Mapping[str, str] = MappingProxyType(
+    {
+        "host": "gateway.example",
+        "path": "/v1/messages",
+        "client_ip": "192.0.2.1",
+        "ray_id": "8f3a2b1c0d9e8f7a",
+        "reference": "18.2f1e3d4c.1700000000.5a6b7c8d",
+        "support_id": "1234567890123456789",
+        "cf_id": "A1b2C3d4" * 7,
+        "transaction_id": "0a1b2c3d-4e5f-4a1b-8c2d-3e4f5a6b7c8d",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +63,15 @@ class KnownPage:
 
 def _known(kind: str, field: str | None, name: str, page: PageVariant) -> KnownPage:
     body = render_page(page, SAMPLE_IDS).body
-    return KnownPage(kind, field, name, page.status, page.content_type, page_title(body),
-                     page_fingerprint(body, host=SAMPLE_IDS["host"], path=SAMPLE_IDS["path"]))
+    return KnownPage(
+        kind,
+        field,
+        name,
+        page.status,
+        page.content_type,
+        page_title(body),
+        page_fingerprint(body, host=SAMPLE_IDS["host"], path=SAMPLE_IDS["path"]),
+    )
 
 
 @cache
@@ -84,5 +98,8 @@ def is_gateway_refusal(status: int | None, content_type: str, fingerprint: str, 
         return True
     if status is None or status < 400:
         return False
-    return (status in GATEWAY_STATUSES or (status == 403 and "html" in content_type.lower())
-            or known_page(status, fingerprint) is not None)
+    return (
+        status in GATEWAY_STATUSES
+        or (status == 403 and "html" in content_type.lower())
+        or known_page(status, fingerprint) is not None
+    )

@@ -47,7 +47,9 @@ BODY_CAP_PAGES: Mapping[str, PageVariant] = MappingProxyType(
         "envoy": PageVariant("413-envoy.txt", 413, "text/plain", (("server", "envoy"),)),
         "aws-alb": PageVariant("413-aws-alb.html", 413, "text/html", (("server", "awselb/2.0"),)),
         "cloudflare": PageVariant(
-            "413-cloudflare.html", 413, "text/html",
+            "413-cloudflare.html",
+            413,
+            "text/html",
             (("server", "cloudflare"), ("cf-ray", "${ray_id}-" + CLOUDFLARE_COLO)),
         ),
         "json-error": PageVariant("413-json-error.json", 413, "application/json"),
@@ -57,15 +59,20 @@ BODY_CAP_PAGES: Mapping[str, PageVariant] = MappingProxyType(
 WAF_PAGES: Mapping[str, PageVariant] = MappingProxyType(
     {
         "cloudflare": PageVariant(
-            "403-cloudflare.html", 403, "text/html; charset=UTF-8",
+            "403-cloudflare.html",
+            403,
+            "text/html; charset=UTF-8",
             (("server", "cloudflare"), ("cf-ray", "${ray_id}-" + CLOUDFLARE_COLO)),
         ),
         "akamai": PageVariant("403-akamai.html", 403, "text/html", (("server", "AkamaiGHost"),)),
-        "modsecurity": PageVariant("403-modsecurity.html", 403, "text/html; charset=iso-8859-1",
-                                   (("server", "Apache"),)),
+        "modsecurity": PageVariant(
+            "403-modsecurity.html", 403, "text/html; charset=iso-8859-1", (("server", "Apache"),)
+        ),
         "f5": PageVariant("403-f5.html", 403, "text/html; charset=utf-8"),
         "aws-waf": PageVariant(
-            "403-aws-waf.html", 403, "text/html",
+            "403-aws-waf.html",
+            403,
+            "text/html",
             (("server", "CloudFront"), ("x-cache", "Error from cloudfront"), ("x-amz-cf-id", "${cf_id}")),
         ),
     }
@@ -81,7 +88,9 @@ TIMEOUT_PAGES: Mapping[str, PageVariant] = MappingProxyType(
         "nginx": PageVariant("504-nginx.html", 504, "text/html", (("server", "nginx"),)),
         "aws-alb": PageVariant("504-aws-alb.html", 504, "text/html", (("server", "awselb/2.0"),)),
         "cloudflare": PageVariant(
-            "524-cloudflare.html", 524, "text/html; charset=UTF-8",
+            "524-cloudflare.html",
+            524,
+            "text/html; charset=UTF-8",
             (("server", "cloudflare"), ("cf-ray", "${ray_id}-" + CLOUDFLARE_COLO)),
         ),
     }

@@ -26,20 +26,33 @@ from simulator.proxy.journal import page_fingerprint, page_title
 from simulator.proxy.pagebook import is_gateway_refusal, known_page
 from simulator.proxy.redact import redact_text
 
-__all__ = ["HttpProbe", "ProbeError", "ProbeResult", "ProbeStep", "max_requests", "probe_body_cap",
-           "synthetic_body"]
+__all__ = [
+    "HttpProbe",
+    "ProbeError",
+    "ProbeResult",
+    "ProbeStep",
+    "max_requests",
+    "probe_body_cap",
+    "synthetic_body",
+]
 
 PROBE_MODEL = "ctxsim-probe"
 # The smallest valid request of each wire format with an empty prompt; the prompt pads it to size.
-TEMPLATES: Mapping[str, dict[str, Any]] = MappingProxyType({
-    "openai-chat": {"model": PROBE_MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": ""}]},
-    "openai-responses": {"model": PROBE_MODEL, "max_output_tokens": 16, "input": ""},
-    "anthropic": {"model": PROBE_MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": ""}]},
-    "gemini": {"contents": [{"role": "user", "parts": [{"text": ""}]}],
-               "generationConfig": {"maxOutputTokens": 1}},
-    "bedrock-converse": {"messages": [{"role": "user", "content": [{"text": ""}]}],
-                         "inferenceConfig": {"maxTokens": 1}},
-})
+TEMPLATES: Mapping[str, dict[str, Any]] = MappingProxyType(
+    {
+        "openai-chat": {"model": PROBE_MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": ""}]},
+        "openai-responses": {"model": PROBE_MODEL, "max_output_tokens": 16, "input": ""},
+        "anthropic": {"model": PROBE_MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": ""}]},
+        "gemini": {
+            "contents": [{"role": "user", "parts": [{"text": ""}]}],
+            "generationConfig": {"maxOutputTokens": 1},
+        },
+        "bedrock-converse": {
+            "messages": [{"role": "user", "content": [{"text": ""}]}],
+            "inferenceConfig": {"maxTokens": 1},
+        },
+    }
+)
 PAD = "x"
 
 
@@ -119,8 +132,15 @@ def synthetic_body(fmt: str, size: int) -> bytes:
 class HttpProbe:
     """Posts synthetic bodies to ``url`` and says whether the gateway refused them."""
 
-    def __init__(self, url: str, *, fmt: str, headers: Mapping[str, str] | None = None,
-                 timeout_s: float = 30.0, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        fmt: str,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = 30.0,
+        client: httpx.Client | None = None,
+    ) -> None:
         self.url, self.fmt = url, fmt
         self.headers = {"content-type": "application/json", **(headers or {})}
         self.client = client or httpx.Client(trust_env=False, timeout=timeout_s)
@@ -133,8 +153,13 @@ class HttpProbe:
         except (httpx.ConnectError, httpx.UnsupportedProtocol) as error:
             raise ProbeError(redact_text(f"cannot reach {self.url}: {error}")) from None
         except httpx.TransportError as error:  # dropped or silent: the gateway refused this size
-            return ProbeStep(size, True, None, f"{type(error).__name__} (connection dropped or no answer)",
-                             (time.monotonic() - started) * 1000)
+            return ProbeStep(
+                size,
+                True,
+                None,
+                f"{type(error).__name__} (connection dropped or no answer)",
+                (time.monotonic() - started) * 1000,
+            )
         elapsed = (time.monotonic() - started) * 1000
         if response.status_code == 429:
             raise ProbeError(f"rate limited (429) at {size:,} bytes; wait, then probe a narrower range")

@@ -31,19 +31,21 @@ __all__ = [
 
 REDACTED = "[redacted]"
 # Header names that carry credentials on the LLM APIs and the gateways in front of them.
-CREDENTIAL_HEADERS = frozenset({
-    "authorization",          # Bearer keys (OpenAI, Gemini OAuth, Bedrock API keys), SigV4 signatures
-    "proxy-authorization",    # credentials for a forward proxy
-    "x-api-key",              # Anthropic
-    "api-key",                # Azure OpenAI
-    "x-goog-api-key",         # Gemini
-    "cookie",
-    "set-cookie",
-    "x-amz-security-token",   # AWS session tokens (Bedrock)
-    "x-amz-content-sha256",   # part of a SigV4 signature
-    "openai-organization",    # not secret alone, but identifies the account
-    "openai-project",
-})
+CREDENTIAL_HEADERS = frozenset(
+    {
+        "authorization",  # Bearer keys (OpenAI, Gemini OAuth, Bedrock API keys), SigV4 signatures
+        "proxy-authorization",  # credentials for a forward proxy
+        "x-api-key",  # Anthropic
+        "api-key",  # Azure OpenAI
+        "x-goog-api-key",  # Gemini
+        "cookie",
+        "set-cookie",
+        "x-amz-security-token",  # AWS session tokens (Bedrock)
+        "x-amz-content-sha256",  # part of a SigV4 signature
+        "openai-organization",  # not secret alone, but identifies the account
+        "openai-project",
+    }
+)
 CREDENTIAL_NAME_RE = re.compile(
     r"auth|cookie|api[-_]?key|secret|passw|session|credential|signature|(^|[-_])token$|[-_]token[-_]"
     r"|security[-_]token|access[-_]token|refresh[-_]token|id[-_]token|(^|[-_])key$",

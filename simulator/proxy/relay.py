@@ -31,9 +31,19 @@ def text_pairs(pairs: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in pairs]
 
 
-async def relay(conn: HttpConnection, status: int, headers: Iterable[tuple[bytes, bytes]], length: int | None,
-                body: AsyncIterator[bytes] | bytes, forward: Forward, ex: PendingExchange, *, outcome: str,
-                max_delay_s: float, record: Record) -> bool:
+async def relay(
+    conn: HttpConnection,
+    status: int,
+    headers: Iterable[tuple[bytes, bytes]],
+    length: int | None,
+    body: AsyncIterator[bytes] | bytes,
+    forward: Forward,
+    ex: PendingExchange,
+    *,
+    outcome: str,
+    max_delay_s: float,
+    record: Record,
+) -> bool:
     """Write an answer as ``forward`` shapes it; True when the connection can serve another request.
 
     ``body`` is the whole body (written at once unless shaped) or its pieces as they come.
@@ -58,8 +68,9 @@ async def relay(conn: HttpConnection, status: int, headers: Iterable[tuple[bytes
             record(outcome, status, "")
             await conn.send_end()
             return not close and conn.reusable
-        complete = await _write_body(conn, _pieces(body), forward, ex, length,
-                                     lambda: record(outcome, status, ""))
+        complete = await _write_body(
+            conn, _pieces(body), forward, ex, length, lambda: record(outcome, status, "")
+        )
     except UpstreamFailure as failure:  # the upstream broke off mid-answer
         record("upstream-cut", status, failure.detail)
         conn.writer.close()
@@ -75,8 +86,15 @@ async def relay(conn: HttpConnection, status: int, headers: Iterable[tuple[bytes
     await conn.send_end()
     return not close and conn.reusable
 
-async def _write_body(conn: HttpConnection, body: AsyncIterator[bytes], forward: Forward,
-                      ex: PendingExchange, length: int | None, before_last: Callable[[], None]) -> bool:
+
+async def _write_body(
+    conn: HttpConnection,
+    body: AsyncIterator[bytes],
+    forward: Forward,
+    ex: PendingExchange,
+    length: int | None,
+    before_last: Callable[[], None],
+) -> bool:
     """Write the body through the shaping; False when it was cut (the connection must then close).
 
     ``before_last`` runs once, when the whole answer is accounted for but before the client
@@ -88,8 +106,9 @@ async def _write_body(conn: HttpConnection, body: AsyncIterator[bytes], forward:
     async for chunk in body:
         completes = length is not None and ex.response_bytes + len(chunk) >= length and not recorded
         if forward.cut_after is not None and ex.response_bytes + len(chunk) > forward.cut_after:
-            await _write(conn, chunk[:forward.cut_after - ex.response_bytes], ex, forward.rate_bps,
-                              started, None)
+            await _write(
+                conn, chunk[: forward.cut_after - ex.response_bytes], ex, forward.rate_bps, started, None
+            )
             return False
         await _write(conn, chunk, ex, forward.rate_bps, started, before_last if completes else None)
         recorded = recorded or completes
@@ -97,12 +116,19 @@ async def _write_body(conn: HttpConnection, body: AsyncIterator[bytes], forward:
         before_last()
     return True
 
-async def _write(conn: HttpConnection, chunk: bytes, ex: PendingExchange, rate: int | None,
-                 started: float, before_final: Callable[[], None] | None) -> None:
+
+async def _write(
+    conn: HttpConnection,
+    chunk: bytes,
+    ex: PendingExchange,
+    rate: int | None,
+    started: float,
+    before_final: Callable[[], None] | None,
+) -> None:
     """Write ``chunk`` (in slices when throttled); ``before_final`` runs before its last slice goes."""
     step = len(chunk) if rate is None else max(1, rate // THROTTLE_SLICES_PER_S)
     for offset in range(0, len(chunk), step or 1):
-        piece = chunk[offset:offset + step]
+        piece = chunk[offset : offset + step]
         ex.trace.answer(piece)
         ex.response_bytes += len(piece)
         if before_final is not None and offset + step >= len(chunk):

@@ -99,17 +99,36 @@ __all__ = [
 SCENARIOS_DIR = data_dir("scenarios")  # the checkout's fixtures/scenarios, or the wheel's copy
 SCENARIO_SUFFIXES: tuple[str, ...] = (".toml", ".json")
 TOP_LEVEL_KEYS: tuple[str, ...] = (
-    "description", "expect", "fault", "name", "policy", "provider", "seed", "summarizer", "workload",
+    "description",
+    "expect",
+    "fault",
+    "name",
+    "policy",
+    "provider",
+    "seed",
+    "summarizer",
+    "workload",
 )
 PROVIDER_KEYS: tuple[str, ...] = ("context_window", "format", "max_output_tokens_cap", "model")
 SUMMARIZER_KEYS: tuple[str, ...] = ("behaviour", "context_window")
 WORKLOAD_KEYS: tuple[str, ...] = (
-    "history_bytes", "max_tokens", "plant_text", "plant_turn", "reply_tokens", "system_prompt_bytes",
-    "transcript", "turns",
+    "history_bytes",
+    "max_tokens",
+    "plant_text",
+    "plant_turn",
+    "reply_tokens",
+    "system_prompt_bytes",
+    "transcript",
+    "turns",
 )
 EXPECT_KEYS: tuple[str, ...] = tuple(EXPECT_FIELDS)
 SUMMARIZER_BEHAVIOURS: tuple[str, ...] = (
-    "extractive", "refusing", "too-short", "slow", "failing", "overflowing",
+    "extractive",
+    "refusing",
+    "too-short",
+    "slow",
+    "failing",
+    "overflowing",
 )
 DEFAULT_MODELS: Mapping[str, str] = MappingProxyType(
     {
@@ -229,8 +248,9 @@ class _Reader:
             raise self.fail(f"[{name}] has unknown key {unknown[0]!r}; valid keys: {', '.join(keys)}")
         return table
 
-    def typed(self, section: str, table: Mapping[str, Any], cls: type, *,
-              sizes: frozenset[str] = frozenset()) -> dict[str, Any]:
+    def typed(
+        self, section: str, table: Mapping[str, Any], cls: type, *, sizes: frozenset[str] = frozenset()
+    ) -> dict[str, Any]:
         fields = dataclass_fields(cls)
         values: dict[str, Any] = {}
         for key, value in table.items():
@@ -304,12 +324,14 @@ def scenario_from_document(document: Mapping[str, Any], *, name: str, source: Pa
     fault_tables = document.get("fault", [])
     if not isinstance(fault_tables, list) or not all(isinstance(t, dict) for t in fault_tables):
         raise reader.fail("fault must be an array of tables ([[fault]] in TOML)")
-    summarizer = reader.typed("summarizer", reader.section(document, "summarizer", SUMMARIZER_KEYS),
-                              SummarizerSpec)
+    summarizer = reader.typed(
+        "summarizer", reader.section(document, "summarizer", SUMMARIZER_KEYS), SummarizerSpec
+    )
     reader.choice("summarizer", "behaviour", summarizer.get("behaviour", "extractive"), SUMMARIZER_BEHAVIOURS)
     reader.positive("summarizer", "context_window", summarizer.get("context_window"))
-    workload = reader.typed("workload", reader.section(document, "workload", WORKLOAD_KEYS), Workload,
-                            sizes=WORKLOAD_SIZE_FIELDS)
+    workload = reader.typed(
+        "workload", reader.section(document, "workload", WORKLOAD_KEYS), Workload, sizes=WORKLOAD_SIZE_FIELDS
+    )
     for key in ("max_tokens", "reply_tokens", "turns", "plant_turn"):
         reader.positive("workload", key, workload.get(key))
     if "plant_turn" in workload and not workload.get("plant_text"):

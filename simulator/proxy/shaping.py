@@ -62,8 +62,9 @@ class Latency(ShapingFault):
 
     def shape(self, forward: Forward, name: str, draw: Callable[[], float]) -> Forward:
         jitter = (2.0 * draw() - 1.0) * self.jitter_s if self.jitter_s else 0.0
-        return dataclasses.replace(forward, latency_s=forward.latency_s + self.delay_s + jitter,
-                                   applied=(*forward.applied, name))
+        return dataclasses.replace(
+            forward, latency_s=forward.latency_s + self.delay_s + jitter, applied=(*forward.applied, name)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +110,9 @@ class _CutBody(httpx.SyncByteStream):
         raise httpx.RemoteProtocolError(CUT_MESSAGE % (len(self.prefix), self.expected), request=self.request)
 
 
-def shape_in_process(response: httpx.Response, forward: Forward,
-                     sleep: Callable[[float], object]) -> httpx.Response:
+def shape_in_process(
+    response: httpx.Response, forward: Forward, sleep: Callable[[float], object]
+) -> httpx.Response:
     """``response`` as it arrives through ``forward``'s shaping: late, slow (slept) or cut."""
     if not forward.shaped:
         return response
@@ -126,5 +128,9 @@ def shape_in_process(response: httpx.Response, forward: Forward,
         request: httpx.Request | None = response.request
     except RuntimeError:  # a response built without a request
         request = None
-    return httpx.Response(response.status_code, headers=headers,
-                          stream=_CutBody(body[:forward.cut_after], len(body), request), request=request)
+    return httpx.Response(
+        response.status_code,
+        headers=headers,
+        stream=_CutBody(body[: forward.cut_after], len(body), request),
+        request=request,
+    )

@@ -119,13 +119,15 @@ def _peer_cap(policy: Policy) -> GatewayModel:
     return GatewayModel(configured_cap=policy.payload_cap, strategy="none", payload_notice_sent=True)
 
 
-def _no_recovery(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
-                 summarizer: Summarizer | None) -> dict[str, Any]:
+def _no_recovery(
+    policy: Policy, archive: Archive, events: EventBus, stats: SessionStats, summarizer: Summarizer | None
+) -> dict[str, Any]:
     return {"compactor": NoCompaction(policy, archive, events=events, stats=stats)}
 
 
-def _cline(keep: ClineKeep, policy: Policy, archive: Archive, events: EventBus,
-           stats: SessionStats) -> dict[str, Any]:
+def _cline(
+    keep: ClineKeep, policy: Policy, archive: Archive, events: EventBus, stats: SessionStats
+) -> dict[str, Any]:
     return {
         "compactor": ClineCompactor(policy, archive, events=events, stats=stats, keep=keep),
         "ladder": RecoveryLadder(ClineDrop(keep)),
@@ -133,18 +135,21 @@ def _cline(keep: ClineKeep, policy: Policy, archive: Archive, events: EventBus,
     }
 
 
-def _cline_half(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
-                summarizer: Summarizer | None) -> dict[str, Any]:
+def _cline_half(
+    policy: Policy, archive: Archive, events: EventBus, stats: SessionStats, summarizer: Summarizer | None
+) -> dict[str, Any]:
     return _cline("half", policy, archive, events, stats)
 
 
-def _cline_quarter(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
-                   summarizer: Summarizer | None) -> dict[str, Any]:
+def _cline_quarter(
+    policy: Policy, archive: Archive, events: EventBus, stats: SessionStats, summarizer: Summarizer | None
+) -> dict[str, Any]:
     return _cline("quarter", policy, archive, events, stats)
 
 
-def _keep_last(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
-               summarizer: Summarizer | None) -> dict[str, Any]:
+def _keep_last(
+    policy: Policy, archive: Archive, events: EventBus, stats: SessionStats, summarizer: Summarizer | None
+) -> dict[str, Any]:
     return {
         "compactor": KeepLastCompactor(policy, archive, events=events, stats=stats),
         "ladder": RecoveryLadder(KeepLastTrim()),
@@ -152,8 +157,9 @@ def _keep_last(policy: Policy, archive: Archive, events: EventBus, stats: Sessio
     }
 
 
-def _masking(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
-             summarizer: Summarizer | None) -> dict[str, Any]:
+def _masking(
+    policy: Policy, archive: Archive, events: EventBus, stats: SessionStats, summarizer: Summarizer | None
+) -> dict[str, Any]:
     return {
         "compactor": MaskingCompactor(policy, archive, events=events, stats=stats),
         "ladder": RecoveryLadder(MaskObservations()),
@@ -161,11 +167,13 @@ def _masking(policy: Policy, archive: Archive, events: EventBus, stats: SessionS
     }
 
 
-def _summarize_everything(policy: Policy, archive: Archive, events: EventBus, stats: SessionStats,
-                          summarizer: Summarizer | None) -> dict[str, Any]:
+def _summarize_everything(
+    policy: Policy, archive: Archive, events: EventBus, stats: SessionStats, summarizer: Summarizer | None
+) -> dict[str, Any]:
     return {
-        "compactor": SummarizeAllCompactor(policy, archive, summarizer=summarizer, events=events,
-                                           stats=stats),
+        "compactor": SummarizeAllCompactor(
+            policy, archive, summarizer=summarizer, events=events, stats=stats
+        ),
         "ladder": RecoveryLadder(SummarizeAll(summarizer, stats)),
         "gateway": _peer_cap(policy),
     }
@@ -297,5 +305,9 @@ def _valid_names() -> list[str]:
 
 def strategy_fields(strategy: Strategy) -> dict[str, Any]:
     """A strategy as plain data (for manifests): name, description, source, overrides."""
-    return {"name": strategy.name, "description": strategy.description, "source": strategy.source,
-            "policy_overrides": dict(strategy.policy_overrides)}
+    return {
+        "name": strategy.name,
+        "description": strategy.description,
+        "source": strategy.source,
+        "policy_overrides": dict(strategy.policy_overrides),
+    }

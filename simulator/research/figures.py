@@ -109,12 +109,28 @@ CHECK_MISSED = "✗"
 CHECK_UNKNOWN = "?"
 # -- validation: the columns each function reads --------------------------------------------------
 BUDGET_COLUMNS: tuple[str, ...] = (
-    "run_id", "scenario", "policy", "turn", "request_bytes", "estimated_tokens", "context_window",
-    "proxy_cap", "learned_cap", "compaction_level", "outcome",
+    "run_id",
+    "scenario",
+    "policy",
+    "turn",
+    "request_bytes",
+    "estimated_tokens",
+    "context_window",
+    "proxy_cap",
+    "learned_cap",
+    "compaction_level",
+    "outcome",
 )
 SUMMARY_NEEDS: tuple[str, ...] = (
-    "policy", "scenario", "turns", "recovered_episodes", "failed_episodes", "rejected_requests",
-    "summarizer_cost_usd", "cache_adjusted_cost_usd", "chars_lost",
+    "policy",
+    "scenario",
+    "turns",
+    "recovered_episodes",
+    "failed_episodes",
+    "rejected_requests",
+    "summarizer_cost_usd",
+    "cache_adjusted_cost_usd",
+    "chars_lost",
 )
 EPISODE_NEEDS: tuple[str, ...] = ("policy", "rejected_requests")
 ATTEMPTS_HINT = "pass the attempt table (simulator.research.metrics.records_to_frame or report.read_attempts)"
@@ -151,8 +167,16 @@ def aggregate_runs(summaries: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     )
     grouped = frame.groupby(keys, sort=False)
     sums = grouped[
-        ["runs", "turns", "episodes", "recovered_episodes", "rejected_requests", "summarizer_cost_usd",
-         "cache_adjusted_cost_usd", "chars_lost"]
+        [
+            "runs",
+            "turns",
+            "episodes",
+            "recovered_episodes",
+            "rejected_requests",
+            "summarizer_cost_usd",
+            "cache_adjusted_cost_usd",
+            "chars_lost",
+        ]
     ].sum()
     survival_mean = grouped["fact_survival"].mean()
     table = pd.DataFrame(index=sums.index)
@@ -252,18 +276,37 @@ def _wire_panel(ax: Axes, run: pd.DataFrame, xs: Sequence[int]) -> None:
     compacted = [i for i, level in enumerate(levels) if level > 0]
     if compacted:
         label, colour, mark = COMPACTION_STYLE
-        ax.scatter([xs[i] for i in compacted], [request[i] for i in compacted], marker=mark, color=colour,
-                   zorder=3, label=label)
+        ax.scatter(
+            [xs[i] for i in compacted],
+            [request[i] for i in compacted],
+            marker=mark,
+            color=colour,
+            zorder=3,
+            label=label,
+        )
         for previous, i in zip([None, *compacted], compacted, strict=False):
             if previous is not None and levels[previous] == levels[i]:
                 continue
-            ax.annotate(f"L{levels[i]}", (xs[i], request[i]), textcoords="offset points", xytext=(0, 6),
-                        ha="center", fontsize="x-small", color=colour)
+            ax.annotate(
+                f"L{levels[i]}",
+                (xs[i], request[i]),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize="x-small",
+                color=colour,
+            )
     rejected = [i for i, outcome in enumerate(run["outcome"]) if _is_rejection(str(outcome))]
     if rejected:
         label, colour, mark = REJECTION_STYLE
-        ax.scatter([xs[i] for i in rejected], [request[i] for i in rejected], marker=mark, color=colour,
-                   zorder=4, label=label)
+        ax.scatter(
+            [xs[i] for i in rejected],
+            [request[i] for i in rejected],
+            marker=mark,
+            color=colour,
+            zorder=4,
+            label=label,
+        )
     ax.set_ylim(0, top / unit * HEADROOM)
     ax.set_ylabel(f"wire bytes ({unit_name})")
     ax.legend(**LEGEND_OUTSIDE)
@@ -318,8 +361,11 @@ def _is_rejection(outcome: str) -> bool:
 
 
 def _turn_ticks(ax: Axes, xs: Sequence[int], turns: Sequence[int]) -> None:
-    firsts = [(x, int(turn)) for i, (x, turn) in enumerate(zip(xs, turns, strict=True))
-              if i == 0 or turns[i - 1] != turn]
+    firsts = [
+        (x, int(turn))
+        for i, (x, turn) in enumerate(zip(xs, turns, strict=True))
+        if i == 0 or turns[i - 1] != turn
+    ]
     step = max(1, math.ceil(len(firsts) / MAX_TURN_TICKS))
     shown = firsts[::step]
     ax.set_xticks([x for x, _ in shown], [f"t{turn}" for _, turn in shown], fontsize="x-small")
@@ -386,12 +432,23 @@ def outcome_cells(summary_frame: pd.DataFrame) -> pd.DataFrame:
             lines.append(f"expected {', '.join(dict.fromkeys(e or '?' for e in expected))}")
         lines.append(f"rec {recovered}/{episodes} · rej {rejected}" if episodes else f"rej {rejected}")
         lines.append(f"{_compact(lost)} chars lost")
-        rows.append({
-            "policy": policy, "scenario": scenario, "runs": len(group), "met_runs": met,
-            "outcome": outcome_text, "expected_outcome": ", ".join(dict.fromkeys(e or "?" for e in expected)),
-            "episodes": episodes, "recovered_episodes": recovered, "rejected_requests": rejected,
-            "chars_lost": lost, "verdict": verdict, "colour": VERDICTS[verdict][1], "text": "\n".join(lines),
-        })
+        rows.append(
+            {
+                "policy": policy,
+                "scenario": scenario,
+                "runs": len(group),
+                "met_runs": met,
+                "outcome": outcome_text,
+                "expected_outcome": ", ".join(dict.fromkeys(e or "?" for e in expected)),
+                "episodes": episodes,
+                "recovered_episodes": recovered,
+                "rejected_requests": rejected,
+                "chars_lost": lost,
+                "verdict": verdict,
+                "colour": VERDICTS[verdict][1],
+                "text": "\n".join(lines),
+            }
+        )
     return pd.DataFrame(rows).set_index(["policy", "scenario"])
 
 
@@ -414,8 +471,10 @@ def outcome_matrix(summary_frame: pd.DataFrame) -> Figure:
     scenarios = list(dict.fromkeys(summary_frame["scenario"]))
     order = list(VERDICTS)
     grid = np.full((len(scenarios), len(policies)), np.nan)
-    figure = new_figure(MATRIX_BASE_WIDTH + MATRIX_CELL_WIDTH * len(policies),
-                        MATRIX_BASE_HEIGHT + MATRIX_CELL_HEIGHT * len(scenarios))
+    figure = new_figure(
+        MATRIX_BASE_WIDTH + MATRIX_CELL_WIDTH * len(policies),
+        MATRIX_BASE_HEIGHT + MATRIX_CELL_HEIGHT * len(scenarios),
+    )
     ax = figure.subplots()
     for row, scenario in enumerate(scenarios):
         for column, policy in enumerate(policies):
@@ -428,8 +487,13 @@ def outcome_matrix(summary_frame: pd.DataFrame) -> Figure:
     colours = ListedColormap([VERDICTS[verdict][1] for verdict in order]).with_extremes(bad="white")
     ax.imshow(np.ma.masked_invalid(grid), cmap=colours, vmin=-0.5, vmax=len(order) - 0.5, aspect="auto")
     present = [verdict for verdict in order if verdict in set(cells["verdict"])]
-    ax.legend(handles=[Patch(color=VERDICTS[v][1], label=VERDICTS[v][0]) for v in present],
-              fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.legend(
+        handles=[Patch(color=VERDICTS[v][1], label=VERDICTS[v][0]) for v in present],
+        fontsize="x-small",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+    )
     ax.set_xticks(range(len(policies)), [str(p) for p in policies], rotation=30, ha="right", fontsize="small")
     ax.set_yticks(range(len(scenarios)), [str(s) for s in scenarios], fontsize="small")
     ax.set_xlabel("policy")
@@ -478,11 +542,23 @@ def cost_vs_fact_survival(summary_frame: pd.DataFrame) -> Figure:
     for on_front, (label, colour) in ((True, FRONT_STYLE), (False, DOMINATED_STYLE)):
         chosen = [point for point, flag in zip(points, front, strict=True) if flag is on_front]
         if chosen:
-            ax.scatter([c for _, c, _ in chosen], [s for _, _, s in chosen], color=colour, zorder=3,
-                       s=40 if on_front else 25, label=label)
+            ax.scatter(
+                [c for _, c, _ in chosen],
+                [s for _, _, s in chosen],
+                color=colour,
+                zorder=3,
+                s=40 if on_front else 25,
+                label=label,
+            )
     ordered = sorted((c, s) for (_, c, s), flag in zip(points, front, strict=True) if flag)
-    ax.step([c for c, _ in ordered], [s for _, s in ordered], where="post", color=FRONT_STYLE[1],
-            linestyle="--", linewidth=1)
+    ax.step(
+        [c for c, _ in ordered],
+        [s for _, s in ordered],
+        where="post",
+        color=FRONT_STYLE[1],
+        linestyle="--",
+        linewidth=1,
+    )
     ax.set_xlabel(f"cache-adjusted input USD per {TURNS_PER_UNIT} turns (lower is better)")
     ax.set_xlim(0, max(cost for _, cost, _ in points) * 1.25 or 1.0)
     ax.set_ylim(0, SURVIVAL_AXIS_TOP)
@@ -496,9 +572,7 @@ def cost_vs_fact_survival(summary_frame: pd.DataFrame) -> Figure:
 def _pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
     """Which ``(cost, benefit)`` points no other point beats: cost <= and benefit >=, one strictly."""
     return [
-        not any(
-            oc <= cost and ob >= benefit and (oc < cost or ob > benefit) for oc, ob in points
-        )
+        not any(oc <= cost and ob >= benefit and (oc < cost or ob > benefit) for oc, ob in points)
         for cost, benefit in points
     ]
 
@@ -522,10 +596,22 @@ def rejected_per_episode(episodes_frame: pd.DataFrame) -> Figure:
     ax.boxplot(data, positions=positions, tick_labels=[str(p) for p in policies], showfliers=True)
     ax.scatter(positions, means, marker="D", color="tab:red", zorder=3, label="mean")
     for x, mean in zip(positions, means, strict=True):
-        ax.annotate(f"{mean:.2f}", (x, mean), textcoords="offset points", xytext=(8, 0), va="center",
-                    fontsize="x-small", color="tab:red")
-    ax.axhline(PHYSICAL_LIMIT, color="tab:green", linestyle="--", linewidth=1,
-               label=f"physical limit ({PHYSICAL_LIMIT})")
+        ax.annotate(
+            f"{mean:.2f}",
+            (x, mean),
+            textcoords="offset points",
+            xytext=(8, 0),
+            va="center",
+            fontsize="x-small",
+            color="tab:red",
+        )
+    ax.axhline(
+        PHYSICAL_LIMIT,
+        color="tab:green",
+        linestyle="--",
+        linewidth=1,
+        label=f"physical limit ({PHYSICAL_LIMIT})",
+    )
     ax.tick_params(axis="x", labelrotation=30, labelsize="small")
     ax.set_ylim(bottom=0)
     ax.set_ylabel("rejected requests per episode")

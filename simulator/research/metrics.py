@@ -268,8 +268,10 @@ def rejected_per_episode(episode_table: pd.DataFrame) -> dict[str, float]:
     if not len(episode_table):
         return {}
     by_kind = episode_table.groupby("first_failure_kind", sort=True)["rejected_requests"].mean()
-    return {"all": float(episode_table["rejected_requests"].mean()),
-            **{str(kind): float(mean) for kind, mean in by_kind.items()}}
+    return {
+        "all": float(episode_table["rejected_requests"].mean()),
+        **{str(kind): float(mean) for kind, mean in by_kind.items()},
+    }
 
 
 def _cache_costs(frame: pd.DataFrame, price_per_mtok: float) -> tuple[float, float, int]:
@@ -400,9 +402,7 @@ def summary_table(frames_or_summaries: object) -> pd.DataFrame:
     totals: dict[str, dict[str, Any]] = {}
     for summary in _run_summaries(frames_or_summaries):
         scenario = summary["scenario"] or ""
-        row = totals.setdefault(
-            scenario, {name: 0 for name in SUMMARY_COLUMNS} | {"failures_by_kind": {}}
-        )
+        row = totals.setdefault(scenario, {name: 0 for name in SUMMARY_COLUMNS} | {"failures_by_kind": {}})
         row["runs"] += 1
         row["recovered"] += summary["recovered_episodes"]
         row["failed"] += summary["failed_episodes"]

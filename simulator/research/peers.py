@@ -217,8 +217,9 @@ def summarize_all(
     else:
         head = build_prompt("")
         prompt = build_prompt(
-            render_segment(condensed, archive=None, window_tokens=summarizer.window_tokens,
-                           prompt_chars=len(head))
+            render_segment(
+                condensed, archive=None, window_tokens=summarizer.window_tokens, prompt_chars=len(head)
+            )
         )
         if memo is not None and prompt in memo:
             text = memo[prompt][0]
@@ -228,13 +229,15 @@ def summarize_all(
                 memo.clear()
                 memo[prompt] = (text, usage)
     count = len(condensed)
-    summary = Message.user(SUMMARY_TEMPLATE.format(count=count, summary=text), is_summary=True,
-                           summary_of=count)
+    summary = Message.user(
+        SUMMARY_TEMPLATE.format(count=count, summary=text), is_summary=True, summary_of=count
+    )
     return [*history[:floor], *systems, summary, *history[start:]], len(condensed), usage
 
 
-def _ask(summarizer: Summarizer, prompt: str, timeout: float | None,
-         cancel: CancelToken | None) -> tuple[str, _Usage]:
+def _ask(
+    summarizer: Summarizer, prompt: str, timeout: float | None, cancel: CancelToken | None
+) -> tuple[str, _Usage]:
     try:
         answer = summarizer.summarize(prompt, timeout=timeout, cancel=cancel)
     except SummarizerError as exc:
@@ -245,8 +248,14 @@ def _ask(summarizer: Summarizer, prompt: str, timeout: float | None,
 class NoCompaction(HistoryCompactor):
     """Planned compaction switched off: the budget is never enforced (every call is skipped)."""
 
-    def levels(self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None,
-                instruction: str | None) -> list[Message]:
+    def levels(
+        self,
+        history: list[Message],
+        run: Any,
+        keep_recent: int,
+        cancel: CancelToken | None,
+        instruction: str | None,
+    ) -> list[Message]:
         return history
 
 
@@ -260,8 +269,14 @@ class _PeerCompactor(HistoryCompactor):
 
     phase: ClassVar[str] = PHASE_LEVEL3
 
-    def levels(self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None,
-                instruction: str | None) -> list[Message]:
+    def levels(
+        self,
+        history: list[Message],
+        run: Any,
+        keep_recent: int,
+        cancel: CancelToken | None,
+        instruction: str | None,
+    ) -> list[Message]:
         if run.chars_before <= run.budget and instruction is None:
             return history
         result, message = self.rewrite(history, run, keep_recent, cancel)
@@ -271,8 +286,9 @@ class _PeerCompactor(HistoryCompactor):
             self._status(self.phase, message)
         return result
 
-    def rewrite(self, history: list[Message], run: Any, keep_recent: int,
-                cancel: CancelToken | None) -> tuple[list[Message], str]:
+    def rewrite(
+        self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None
+    ) -> tuple[list[Message], str]:
         raise NotImplementedError
 
 
@@ -283,8 +299,9 @@ class ClineCompactor(_PeerCompactor):
         super().__init__(*args, **kwargs)
         self.keep: ClineKeep = keep
 
-    def rewrite(self, history: list[Message], run: Any, keep_recent: int,
-                cancel: CancelToken | None) -> tuple[list[Message], str]:
+    def rewrite(
+        self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None
+    ) -> tuple[list[Message], str]:
         result, dropped = cline_truncate(history, self.keep)
         return result, STATUS_CLINE % (dropped, len(history))
 
@@ -293,8 +310,9 @@ class KeepLastCompactor(_PeerCompactor):
     """LangChain ``trim_messages`` as planned compaction: the last ``keep_recent`` messages, or fewer
     until the history fits the budget (:func:`trim_last`)."""
 
-    def rewrite(self, history: list[Message], run: Any, keep_recent: int,
-                cancel: CancelToken | None) -> tuple[list[Message], str]:
+    def rewrite(
+        self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None
+    ) -> tuple[list[Message], str]:
         result = history
         for count in range(keep_recent, 0, -1):
             result = trim_last(history, count)
@@ -314,8 +332,9 @@ class MaskingCompactor(_PeerCompactor):
         super().__init__(*args, **kwargs)
         self.window_turns = window_turns
 
-    def rewrite(self, history: list[Message], run: Any, keep_recent: int,
-                cancel: CancelToken | None) -> tuple[list[Message], str]:
+    def rewrite(
+        self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None
+    ) -> tuple[list[Message], str]:
         result, masked = mask_observations(history, self.window_turns)
         return result, STATUS_MASKED % (masked, self.window_turns)
 
@@ -325,8 +344,9 @@ class SummarizeAllCompactor(_PeerCompactor):
 
     phase = PHASE_LEVEL2
 
-    def rewrite(self, history: list[Message], run: Any, keep_recent: int,
-                cancel: CancelToken | None) -> tuple[list[Message], str]:
+    def rewrite(
+        self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None
+    ) -> tuple[list[Message], str]:
         result, condensed, usage = summarize_all(
             history, self.summarizer, timeout=self.policy.summarizer_timeout_s, cancel=cancel
         )

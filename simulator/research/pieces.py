@@ -125,7 +125,7 @@ def offered_values(text: str) -> tuple[str, ...]:
     """What an entry's text is to each pool of :data:`EDGE_POOLS`: a content without its image notes,
     arguments as they are, and image data without its ``data:`` URL prefix."""
     data = DATA_URL_RE.match(text)
-    return split_image_notes(text)[0], text, text[data.end():] if data else text
+    return split_image_notes(text)[0], text, text[data.end() :] if data else text
 
 
 def message_pieces(msg: Message) -> list[Piece]:
@@ -203,7 +203,7 @@ def _range_index(text: str) -> tuple[list[Edge], list[Piece]] | None:
     header = RANGE_HEADER_RE.match(text)
     if header is None or not text.endswith("\n\n"):
         return None
-    blocks = text[header.end():-2].split("\n\n")
+    blocks = text[header.end() : -2].split("\n\n")
     if len(blocks) != int(header[1]):
         return None
     offer = _Offer()
@@ -235,7 +235,7 @@ def _rendered_transcript(text: str) -> tuple[list[Edge], list[Piece]] | None:
         head = RENDERED_HEAD_RE.match(block)
         if head is None:
             return None
-        role, body = head[1], block[head.end():]
+        role, body = head[1], block[head.end() :]
         labels: list[str] = []
         while (image := RENDERED_IMAGE_RE.search(body)) is not None:
             labels.insert(0, image[1])

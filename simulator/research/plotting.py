@@ -26,7 +26,11 @@ FIGURE_DPI = 100
 BINARY_UNITS: tuple[tuple[str, int], ...] = (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024), ("B", 1))
 # Where a point's label may go, in points from the point: right, left, below, then stacked further out.
 LABEL_OFFSETS: tuple[tuple[float, float, str], ...] = (
-    (6, 4, "left"), (6, -11, "left"), (-6, 4, "right"), (-6, -11, "right"), (0, 9, "center"),
+    (6, 4, "left"),
+    (6, -11, "left"),
+    (-6, 4, "right"),
+    (-6, -11, "right"),
+    (0, 9, "center"),
     (0, -17, "center"),
 )
 LABEL_STACK_STEP = 11  # points between stacked labels of nearby points
@@ -96,9 +100,16 @@ def place_labels(ax: Axes, points: Sequence[tuple[str, float, float]], *, fontsi
         chosen: Annotation | None = None
         for dx, dy, align in _candidates(len(points)):
             far = abs(dy) >= LEADER_FROM
-            text = ax.annotate(label, (x, y), textcoords="offset points", xytext=(dx, dy), ha=align,
-                               va="center", fontsize=fontsize,
-                               arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.5"} if far else None)
+            text = ax.annotate(
+                label,
+                (x, y),
+                textcoords="offset points",
+                xytext=(dx, dy),
+                ha=align,
+                va="center",
+                fontsize=fontsize,
+                arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.5"} if far else None,
+            )
             box = text.get_window_extent(renderer).padded(LABEL_MARGIN_PX)
             inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
             if inside and not any(box.overlaps(other) for other in taken):
@@ -107,7 +118,14 @@ def place_labels(ax: Axes, points: Sequence[tuple[str, float, float]], *, fontsi
                 break
             text.remove()
         if chosen is None:  # nowhere free: keep the last stacked spot rather than lose the label
-            text = ax.annotate(label, (x, y), textcoords="offset points", xytext=(dx, dy), ha=align,
-                               va="center", fontsize=fontsize,
-                               arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.5"})
+            text = ax.annotate(
+                label,
+                (x, y),
+                textcoords="offset points",
+                xytext=(dx, dy),
+                ha=align,
+                va="center",
+                fontsize=fontsize,
+                arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.5"},
+            )
             taken.append(text.get_window_extent(renderer).padded(LABEL_MARGIN_PX))

@@ -90,7 +90,14 @@ SAVE_METADATA: Mapping[str, Mapping[str, None]] = MappingProxyType(
 )
 SVG_HASH_SALT = "ctxsim-report"  # fixed ids inside SVG files
 EPISODE_SOURCE_COLUMNS: tuple[str, ...] = (
-    "run_id", "policy", "scenario", "turn", "outcome", "failure_kind", "compaction_level", "identical_retry",
+    "run_id",
+    "policy",
+    "scenario",
+    "turn",
+    "outcome",
+    "failure_kind",
+    "compaction_level",
+    "identical_retry",
 )
 # SessionStats' breakdown of archived chars by source (planned, recovery, microcompact, dedup, tool
 # budget, context editing): a mapping field, or one integer field per source.
@@ -147,8 +154,10 @@ def archived_by_source(stats: object) -> dict[str, int]:
     return {
         name.removeprefix(ARCHIVE_SOURCE_PREFIX): int(value)
         for name, value in values.items()
-        if name.startswith(ARCHIVE_SOURCE_PREFIX) and name != ARCHIVE_SOURCES_FIELD
-        and isinstance(value, int) and not isinstance(value, bool)
+        if name.startswith(ARCHIVE_SOURCE_PREFIX)
+        and name != ARCHIVE_SOURCES_FIELD
+        and isinstance(value, int)
+        and not isinstance(value, bool)
     }
 
 
@@ -201,8 +210,16 @@ def run_summaries(attempts: pd.DataFrame, *, manifest: Mapping[str, Any] | None 
         rows.append(summary)
     frame = pd.DataFrame(rows)
     return frame.astype(
-        {"fact_survival": "Float64", "outcome": "string", "expected_outcome": "string", "seed": "Int64",
-         "run_id": "string", "transcript": "string", "scenario": "string", "policy": "string"}
+        {
+            "fact_survival": "Float64",
+            "outcome": "string",
+            "expected_outcome": "string",
+            "seed": "Int64",
+            "run_id": "string",
+            "transcript": "string",
+            "scenario": "string",
+            "policy": "string",
+        }
     )
 
 
@@ -212,9 +229,7 @@ def _default_index(frame: pd.DataFrame) -> bool:
     import pandas as pd
 
     index = frame.index
-    return (
-        isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and index.name is None
-    )
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and index.name is None
 
 
 def markdown_table(frame: pd.DataFrame, *, float_format: str = "{:.4g}") -> str:
@@ -247,10 +262,14 @@ def markdown_table(frame: pd.DataFrame, *, float_format: str = "{:.4g}") -> str:
     widths = [max([3, len(header)] + [len(row[i]) for row in rows]) for i, header in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(
-            text.rjust(width) if right else text.ljust(width)
-            for text, width, right in zip(cells, widths, numeric, strict=True)
-        ) + " |"
+        return (
+            "| "
+            + " | ".join(
+                text.rjust(width) if right else text.ljust(width)
+                for text, width, right in zip(cells, widths, numeric, strict=True)
+            )
+            + " |"
+        )
 
     rule = [
         "-" * (width - 1) + ":" if right else "-" * width
@@ -299,8 +318,9 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 def _read_summaries(path: Path) -> pd.DataFrame:
     import pandas as pd
 
-    frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"policy": "string",
-                                                                           "scenario": "string"})
+    frame = pd.read_csv(
+        path, keep_default_na=False, na_values=[""], dtype={"policy": "string", "scenario": "string"}
+    )
     missing = [name for name in SUMMARY_NEEDS if name not in frame.columns]
     if missing:
         raise ValueError(f"{path}: the run summary table lacks columns {', '.join(missing)}")
@@ -395,8 +415,9 @@ def write_report(
         written += _save(rejected_per_episode(found), target / FIGURE_FILES["rejected_per_episode"], formats)
     written += _save(summarizer_cost(summaries), target / FIGURE_FILES["summarizer_cost"], formats)
     if "fact_survival" in summaries and summaries["fact_survival"].notna().any():
-        written += _save(cost_vs_fact_survival(summaries), target / FIGURE_FILES["cost_vs_fact_survival"],
-                         formats)
+        written += _save(
+            cost_vs_fact_survival(summaries), target / FIGURE_FILES["cost_vs_fact_survival"], formats
+        )
     for stem, table in zip(TABLE_STEMS, (comparison_table(summaries), summaries, found), strict=True):
         written += _write_table(table, target / stem)
     return written

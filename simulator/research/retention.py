@@ -31,7 +31,6 @@ from ctxrecover.passes.pairing import validate_pairing
 from simulator.research.ledger import Losses, LossLedger
 
 if TYPE_CHECKING:
-
     from ctxrecover.archive import Archive
     from ctxrecover.messages import Message
 

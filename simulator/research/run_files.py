@@ -126,8 +126,13 @@ def manifest(
             for s in scenarios.values()
         ],
         "transcripts": [
-            {"name": t.name, "source": t.source_path, "format": t.format, "sha256": t.sha256,
-             "messages": len(t.messages)}
+            {
+                "name": t.name,
+                "source": t.source_path,
+                "format": t.format,
+                "sha256": t.sha256,
+                "messages": len(t.messages),
+            }
             for t in transcripts.values()
         ],
         "runs": [
@@ -255,8 +260,11 @@ def write_figures(results: Sequence[ReplayResult], directory: Path) -> list[Path
     names = [r.scenario.name for r in results]
     per_transcript = len(names) > len(set(names))  # a scenario ran several transcripts
     written = [
-        _draw_budget(r.frame, r.scenario.provider.context_window,
-                     Path(directory) / budget_file(r, per_transcript=per_transcript))
+        _draw_budget(
+            r.frame,
+            r.scenario.provider.context_window,
+            Path(directory) / budget_file(r, per_transcript=per_transcript),
+        )
         for r in results
     ]
     return [*written, _draw_matrix(_summaries(results), Path(directory) / OUTCOME_MATRIX_PNG)]

@@ -78,7 +78,9 @@ CACHE_SUFFIX = ".json"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # What the code version hashes: the two packages and the fault pages the middlebox serves.
 CODE_GLOBS: tuple[tuple[str, str], ...] = (
-    ("ctxrecover", "*.py"), ("simulator", "*.py"), ("fixtures/pages", "*")
+    ("ctxrecover", "*.py"),
+    ("simulator", "*.py"),
+    ("fixtures/pages", "*"),
 )
 LOCAL_DASK = "local"
 PROGRESS_DESC = "ctxsim sweep"
@@ -87,11 +89,29 @@ KNOB_PREFIX = "policy."  # a knob whose name is already a column (e.g. context_w
 #: The first columns of a sweep row; knob columns follow, then the run's numbers.
 LEADING_COLUMNS: tuple[str, ...] = ("policy", "base_policy", "scenario", "transcript", "seed")
 TRAILING_COLUMNS: tuple[str, ...] = (
-    "outcome", "expected_outcome", "turns", "turns_total", "turns_completed", "attempts", "failures_by_kind",
-    "recovered_episodes", "failed_episodes", "rejected_requests", "wasted_retries", "wire_bytes",
-    "summarizer_calls", "summarizer_cost_usd", "provider_cost_usd", "input_cost_usd",
-    "cache_adjusted_cost_usd", "cache_rebuilds", "chars_archived", "chars_lost", "fact_survival",
-    "run_id", "key",
+    "outcome",
+    "expected_outcome",
+    "turns",
+    "turns_total",
+    "turns_completed",
+    "attempts",
+    "failures_by_kind",
+    "recovered_episodes",
+    "failed_episodes",
+    "rejected_requests",
+    "wasted_retries",
+    "wire_bytes",
+    "summarizer_calls",
+    "summarizer_cost_usd",
+    "provider_cost_usd",
+    "input_cost_usd",
+    "cache_adjusted_cost_usd",
+    "cache_rebuilds",
+    "chars_archived",
+    "chars_lost",
+    "fact_survival",
+    "run_id",
+    "key",
 )
 RESERVED_COLUMNS = frozenset(RUN_COLUMNS) | frozenset(LEADING_COLUMNS) | frozenset(TRAILING_COLUMNS)
 
@@ -142,8 +162,14 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     """
     knobs = dict(spec.knobs)
     policy, strategy = _policy_for(spec.base, knobs)
-    result = replay(spec.transcript, spec.scenario, policy=policy, seed=spec.seed, policy_name=spec.policy,
-                    strategy=strategy)
+    result = replay(
+        spec.transcript,
+        spec.scenario,
+        policy=policy,
+        seed=spec.seed,
+        policy_name=spec.policy,
+        strategy=strategy,
+    )
     summary = result.summary
     row = {
         "policy": spec.policy,
@@ -155,12 +181,23 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         "key": spec.key,
     }
     run = {
-        "run_id": result.run_id, "key": spec.key, "policy": spec.policy, "base_policy": spec.base,
-        "knobs": knobs, "scenario": result.scenario.name, "transcript": result.transcript.name,
-        "transcript_sha256": result.transcript.sha256, "seed": result.seed, "outcome": result.outcome,
-        "expected_outcome": result.scenario.expect.outcome, "turns": result.turns,
-        "turns_completed": result.turns_completed, "attempts": len(result.records),
-        "chars_lost": result.chars_lost, "fact_survival": result.fact_survival, "error": result.error,
+        "run_id": result.run_id,
+        "key": spec.key,
+        "policy": spec.policy,
+        "base_policy": spec.base,
+        "knobs": knobs,
+        "scenario": result.scenario.name,
+        "transcript": result.transcript.name,
+        "transcript_sha256": result.transcript.sha256,
+        "seed": result.seed,
+        "outcome": result.outcome,
+        "expected_outcome": result.scenario.expect.outcome,
+        "turns": result.turns,
+        "turns_completed": result.turns_completed,
+        "attempts": len(result.records),
+        "chars_lost": result.chars_lost,
+        "fact_survival": result.fact_survival,
+        "error": result.error,
     }
     attempts = [{name: _jsonable(value) for name, value in r.to_row().items()} for r in result.records]
     return {"key": spec.key, "row": row, "attempts": attempts, "run": run}
@@ -263,8 +300,9 @@ def _process_context() -> multiprocessing.context.BaseContext:
 
 
 @contextmanager
-def _executor(executor: concurrent.futures.Executor | None, workers: int | None,
-              dask: str | None) -> Iterator[concurrent.futures.Executor | None]:
+def _executor(
+    executor: concurrent.futures.Executor | None, workers: int | None, dask: str | None
+) -> Iterator[concurrent.futures.Executor | None]:
     if executor is not None:
         yield executor
         return
@@ -273,8 +311,9 @@ def _executor(executor: concurrent.futures.Executor | None, workers: int | None,
 
         with ExitStack() as stack:
             if dask == LOCAL_DASK:
-                cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1,
-                                                           dashboard_address=None))
+                cluster = stack.enter_context(
+                    LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None)
+                )
                 client = stack.enter_context(Client(cluster))
             else:
                 client = stack.enter_context(Client(dask))
@@ -300,13 +339,17 @@ def _scenarios(scenarios: str | Scenario | Iterable[str | Path | Scenario] | Non
     return loaded
 
 
-def _transcript_items(transcripts: str | Transcript | Iterable[str | Path | Transcript] | None,
-                      ) -> list[str | Transcript | None]:
+def _transcript_items(
+    transcripts: str | Transcript | Iterable[str | Path | Transcript] | None,
+) -> list[str | Transcript | None]:
     if transcripts is None:
         return [None]
     if isinstance(transcripts, str | Transcript):
-        return [transcripts] if isinstance(transcripts, Transcript) else [
-            t.strip() for t in transcripts.split(",") if t.strip()]
+        return (
+            [transcripts]
+            if isinstance(transcripts, Transcript)
+            else [t.strip() for t in transcripts.split(",") if t.strip()]
+        )
     return [item if isinstance(item, Transcript) else str(item) for item in transcripts]
 
 
@@ -330,16 +373,23 @@ def _transcript_label(item: str | Transcript | None) -> str:
 
 
 def _noted(error: Exception, spec: RunSpec) -> Exception:
-    error.add_note(f"in the sweep run {spec.policy} × {spec.scenario.name} × "
-                   f"{_transcript_label(spec.transcript)} × seed {spec.seed}")
+    error.add_note(
+        f"in the sweep run {spec.policy} × {spec.scenario.name} × "
+        f"{_transcript_label(spec.transcript)} × seed {spec.seed}"
+    )
     return error
 
 
 def _progress(total: int, initial: int, progress: bool | None) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, desc=PROGRESS_DESC, unit="run",
-                disable=None if progress is None else not progress)
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=PROGRESS_DESC,
+        unit="run",
+        disable=None if progress is None else not progress,
+    )
 
 
 def sweep(
@@ -418,8 +468,10 @@ def sweep(
     missing = list({spec.key: spec for spec in specs if spec.key not in payloads}.values())
     computed = 0
     if missing:
-        with _progress(len(missing) + from_cache, from_cache, progress) as bar, \
-                _executor(executor, workers, dask) as pool:
+        with (
+            _progress(len(missing) + from_cache, from_cache, progress) as bar,
+            _executor(executor, workers, dask) as pool,
+        ):
             runs = _Runs(pool, missing)
             failure: Exception | None = None
             try:
@@ -448,22 +500,47 @@ def sweep(
     ordered = [*LEADING_COLUMNS, *knob_columns, *[c for c in TRAILING_COLUMNS if c in frame.columns]]
     frame = frame[ordered]
     if out_dir is not None:
-        _write_outputs(Path(out_dir), frame, specs, payloads, knob_columns, figures, definition={
-            "grid": {k: (v if not isinstance(v, Uniform) else {"uniform": [v.low, v.high]})
-                     for k, v in checked_values(grid or {}).items()},
-            "random": random, "seed": seed, "policies": [name for name, _p, _s in resolved],
-            "scenarios": [s.name for s in scenario_list],
-            "transcripts": [_transcript_label(t) for t in transcript_items],
-            "seeds": seed_list,
-        }, code=code, resolved=resolved, loaded=loaded)
+        _write_outputs(
+            Path(out_dir),
+            frame,
+            specs,
+            payloads,
+            knob_columns,
+            figures,
+            definition={
+                "grid": {
+                    k: (v if not isinstance(v, Uniform) else {"uniform": [v.low, v.high]})
+                    for k, v in checked_values(grid or {}).items()
+                },
+                "random": random,
+                "seed": seed,
+                "policies": [name for name, _p, _s in resolved],
+                "scenarios": [s.name for s in scenario_list],
+                "transcripts": [_transcript_label(t) for t in transcript_items],
+                "seeds": seed_list,
+            },
+            code=code,
+            resolved=resolved,
+            loaded=loaded,
+        )
     frame.attrs["computed"] = computed
     frame.attrs["from_cache"] = from_cache
     return frame
 
 
-def _write_outputs(out: Path, frame: pd.DataFrame, specs: list[RunSpec], payloads: dict[str, dict[str, Any]],
-                   knob_columns: list[str], figures: bool, *, definition: dict[str, Any], code: str,
-                   resolved: list[tuple[str, Policy, Strategy | None]], loaded: _Transcripts) -> None:
+def _write_outputs(
+    out: Path,
+    frame: pd.DataFrame,
+    specs: list[RunSpec],
+    payloads: dict[str, dict[str, Any]],
+    knob_columns: list[str],
+    figures: bool,
+    *,
+    definition: dict[str, Any],
+    code: str,
+    resolved: list[tuple[str, Policy, Strategy | None]],
+    loaded: _Transcripts,
+) -> None:
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
@@ -483,13 +560,21 @@ def _write_outputs(out: Path, frame: pd.DataFrame, specs: list[RunSpec], payload
         "sweep": definition,
         "knob_columns": knob_columns,
         "policies": [
-            {"name": name, "strategy": None if strategy is None else strategy_fields(strategy),
-             "fields": _policy_fields(policy if strategy is None else strategy.apply(policy))}
+            {
+                "name": name,
+                "strategy": None if strategy is None else strategy_fields(strategy),
+                "fields": _policy_fields(policy if strategy is None else strategy.apply(policy)),
+            }
             for name, policy, strategy in resolved
         ],
         "scenarios": [
-            {"name": s.name, "source": str(s.source) if s.source else None, "sha256": _scenario_hash(s),
-             "description": s.description, "policy_overrides": s.policy_overrides()}
+            {
+                "name": s.name,
+                "source": str(s.source) if s.source else None,
+                "sha256": _scenario_hash(s),
+                "description": s.description,
+                "policy_overrides": s.policy_overrides(),
+            }
             for s in scenarios.values()
         ],
         "transcripts": [

@@ -55,7 +55,12 @@ WORKLOAD_TRANSCRIPT = "(scenario workload)"
 # Summarizer dropdown entry for "the summarizer the scenario names" (no override).
 SCENARIO_SUMMARIZER = "(scenario)"
 SUMMARIZER_CHOICES: tuple[str, ...] = (
-    SCENARIO_SUMMARIZER, "extractive", "refusing", "too-short", "failing", "none",
+    SCENARIO_SUMMARIZER,
+    "extractive",
+    "refusing",
+    "too-short",
+    "failing",
+    "none",
 )
 # The Policy knobs the sliders set: name → (min, max, step, label); float sliders for float knobs.
 POLICY_SLIDERS: Mapping[str, tuple[float, float, float, str]] = MappingProxyType(
@@ -208,22 +213,34 @@ def replay_controls(
     if summarizer not in SUMMARIZER_CHOICES:
         raise ValueError(f"unknown summarizer {summarizer!r}; use one of {', '.join(SUMMARIZER_CHOICES)}")
     controls: dict[str, ValueWidget] = {
-        "scenario": widgets.Dropdown(options=scenarios, value=scenario, description="scenario",
-                                     style=style, layout=layout),
-        "transcript": widgets.Dropdown(options=transcripts, value=transcript, description="transcript",
-                                       style=style, layout=layout),
+        "scenario": widgets.Dropdown(
+            options=scenarios, value=scenario, description="scenario", style=style, layout=layout
+        ),
+        "transcript": widgets.Dropdown(
+            options=transcripts, value=transcript, description="transcript", style=style, layout=layout
+        ),
     }
     for name, (low, high, step, label) in POLICY_SLIDERS.items():
         value = getattr(policy, name)
         slider = widgets.FloatSlider if isinstance(value, float) else widgets.IntSlider
-        controls[name] = slider(value=value, min=low, max=high, step=step, description=label,
-                                continuous_update=False, style=style, layout=layout)
+        controls[name] = slider(
+            value=value,
+            min=low,
+            max=high,
+            step=step,
+            description=label,
+            continuous_update=False,
+            style=style,
+            layout=layout,
+        )
     # Old tool results are previewed before they are cleared: the "summarize after" slider never goes
     # below "preview after" (Policy rejects the inverted pair).
-    widgets.dlink((controls["microcompact_truncate_turns"], "value"),
-                  (controls["microcompact_summarize_turns"], "min"))
-    controls["summarizer"] = widgets.Dropdown(options=SUMMARIZER_CHOICES, value=summarizer,
-                                              description="summarizer", style=style, layout=layout)
+    widgets.dlink(
+        (controls["microcompact_truncate_turns"], "value"), (controls["microcompact_summarize_turns"], "min")
+    )
+    controls["summarizer"] = widgets.Dropdown(
+        options=SUMMARIZER_CHOICES, value=summarizer, description="summarizer", style=style, layout=layout
+    )
     return controls
 
 

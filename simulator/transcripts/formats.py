@@ -103,7 +103,7 @@ def _openai_content(value: Any, loc: Loc) -> tuple[str, tuple[Image, ...]]:
             url = part.get(kind)
             url = url.get("url") if isinstance(url, dict) else url
             if not isinstance(url, str):
-                raise part_loc.bad_field(kind, "an image URL (a string or {\"url\": ...})", url)
+                raise part_loc.bad_field(kind, 'an image URL (a string or {"url": ...})', url)
             images.append(_image_from_url(url))
         else:
             known = sorted([*OPENAI_TEXT_PARTS, *OPENAI_IMAGE_PARTS])
@@ -236,7 +236,7 @@ def _anthropic_system(value: Any, loc: Loc) -> Message:
     for i, block in enumerate(value):
         text = block.get("text") if isinstance(block, dict) and block.get("type") == "text" else None
         if not isinstance(text, str):
-            raise loc.child(i).error("expected a text block {\"type\": \"text\", \"text\": ...}")
+            raise loc.child(i).error('expected a text block {"type": "text", "text": ...}')
         parts.append(text)
     system_parts = tuple(parts) if len(parts) > 1 else ()
     return Message.system(TEXT_BLOCK_SEPARATOR.join(parts), system_parts=system_parts)

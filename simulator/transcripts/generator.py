@@ -246,7 +246,7 @@ def make_png(width: int, height: int, *, seed: int = 0, detail: float = 0.0) -> 
         row = colour * width
         if span:
             start = 3 * rng.randrange(width - span + 1)
-            row = row[:start] + rng.randbytes(3 * span) + row[start + 3 * span:]
+            row = row[:start] + rng.randbytes(3 * span) + row[start + 3 * span :]
         rows.append(b"\x00" + row)  # filter byte 0, then RGB pixels
 
     def chunk(tag: bytes, data: bytes) -> bytes:
@@ -409,8 +409,10 @@ class _SessionBuilder:
         for _ in range(count):
             path = self.rng.choice(known)
             rule = f"{self.rng.choice('EFW')}{self.rng.randint(100, 999)}"
-            lines.append(f"{path}:{self.rng.randint(1, 400)}:{self.rng.randint(1, 80)}: {rule} "
-                         f"{self.fake.sentence(nb_words=6)[:FEEDBACK_LINE_CHARS]}")
+            lines.append(
+                f"{path}:{self.rng.randint(1, 400)}:{self.rng.randint(1, 80)}: {rule} "
+                f"{self.fake.sentence(nb_words=6)[:FEEDBACK_LINE_CHARS]}"
+            )
         text = FEEDBACK_HEADER.format(count=count) + "\n".join(lines)
         self.messages.append(Message.user(text, agent_feedback=True))
 

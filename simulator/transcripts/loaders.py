@@ -135,8 +135,7 @@ def write_jsonl(transcript: Transcript | Iterable[Message], path: str | Path) ->
         meta = {
             "name": transcript.name,
             "facts": [
-                {"kind": f.kind, "value": f.value, "message_index": f.message_index}
-                for f in transcript.facts
+                {"kind": f.kind, "value": f.value, "message_index": f.message_index} for f in transcript.facts
             ],
             "metadata": transcript.metadata,
         }
@@ -326,7 +325,7 @@ def _load_jsonl(_doc: Any, source: Source) -> Transcript:
 def _check_meta(obj: dict[str, Any], loc: Loc) -> dict[str, Any]:
     meta = obj[META_KEY]
     if len(obj) != 1 or not isinstance(meta, dict):
-        raise loc.error(f"the meta line must be {{\"{META_KEY}\": {{...}}}} alone")
+        raise loc.error(f'the meta line must be {{"{META_KEY}": {{...}}}} alone')
     loc = loc.child(META_KEY)
     unknown = sorted(set(meta) - set(META_FIELDS))
     if unknown:

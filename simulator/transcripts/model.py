@@ -107,6 +107,7 @@ class Transcript:
 @dataclass(frozen=True, slots=True)
 class Source:
     """A transcript file's path and text, for loaders and their located errors."""
+
     path: str
     text: str
 

@@ -24,20 +24,32 @@ class FixtureRecipe:
 
 FIXTURE_RECIPES: tuple[FixtureRecipe, ...] = (
     FixtureRecipe(
-        "chat-50k.jsonl", 101, 15, "chat only, short questions and medium answers",
+        "chat-50k.jsonl",
+        101,
+        15,
+        "chat only, short questions and medium answers",
         {"tool_turn_ratio": 0.0, "answer_chars": 3_000, "recall_every": 0, "feedback_every": 0},
     ),
     FixtureRecipe("coding-120k.jsonl", 102, 8, "coding session with big file reads and re-reads", {}),
     FixtureRecipe(
-        "floor-system-prompt-300k.jsonl", 103, 20, "a 100,000-char system prompt (payload-floor scenarios)",
+        "floor-system-prompt-300k.jsonl",
+        103,
+        20,
+        "a 100,000-char system prompt (payload-floor scenarios)",
         {"system_prompt_chars": 100_000, "big_read_chars": 6_000},
     ),
     FixtureRecipe(
-        "chat-long-answers-600k.jsonl", 104, 70, "chat only, very long assistant answers",
+        "chat-long-answers-600k.jsonl",
+        104,
+        70,
+        "chat only, very long assistant answers",
         {"tool_turn_ratio": 0.0, "answer_chars": 8_000, "recall_every": 0, "feedback_every": 0},
     ),
     FixtureRecipe(
-        "small-tools-1m.jsonl", 105, 72, "many small tool calls, often parallel",
+        "small-tools-1m.jsonl",
+        105,
+        72,
+        "many small tool calls, often parallel",
         {
             "steps_per_turn": (3, 8),
             "max_parallel_calls": 5,
@@ -48,20 +60,31 @@ FIXTURE_RECIPES: tuple[FixtureRecipe, ...] = (
         },
     ),
     FixtureRecipe(
-        "images-2m.jsonl", 106, 110, "coding session with a screenshot (real PNG) on every 2nd turn",
+        "images-2m.jsonl",
+        106,
+        110,
+        "coding session with a screenshot (real PNG) on every 2nd turn",
         {"image_every": 2},
     ),
     FixtureRecipe(
-        "screenshots-1m.jsonl", 109, 10,
+        "screenshots-1m.jsonl",
+        109,
+        10,
         "coding session with a screenshot as heavy as a real one on every user task",
         {"image_every": 1, "image_detail": 0.1},
     ),
     FixtureRecipe(
-        "big-reads-3500k.jsonl", 107, 70, "huge file reads, many repeated reads",
+        "big-reads-3500k.jsonl",
+        107,
+        70,
+        "huge file reads, many repeated reads",
         {"big_read_chars": 40_000, "reread_ratio": 0.5},
     ),
     FixtureRecipe(
-        "marathon-5m.jsonl", 108, 240, "long mixed session: everything at once",
+        "marathon-5m.jsonl",
+        108,
+        240,
+        "long mixed session: everything at once",
         {"image_every": 7, "recall_every": 5, "feedback_every": 3},
     ),
 )

@@ -110,8 +110,9 @@ def test_simulator_bench_replays_the_same_work_three_ways_and_sweeps(bench: Any)
     assert replays["same_work"] is True
     assert set(replays["total_ms"]) == {"library", "library_render", "inprocess", "loopback"}
     assert _finite(replays["replay_overhead"]) and _finite(replays["loopback_vs_inprocess"])
-    sweeps = simulator_bench.measure_sweep(["rate-limit-429"], workers=2, policies=["default"], seeds=[0],
-                                           repeats=1)
+    sweeps = simulator_bench.measure_sweep(
+        ["rate-limit-429"], workers=2, policies=["default"], seeds=[0], repeats=1
+    )
     assert sweeps["runs"] == 1
     assert _finite(sweeps["sweep_speedup"])
 
@@ -126,8 +127,9 @@ def test_recovery_bench_counts_every_episode_kind_and_summarizer_cost(bench: Any
         assert p5["episodes"] == 3 == len(p5["rows"])
         assert p5["rejected"] == sum(r["rejected"] for r in p5["rows"])
         assert p5["rejected_per_episode"] == p5["rejected"] / 3
-        assert p5["plain_retries"] == sum(1 for r in p5["rows"]
-                                          if r["kind"] == "transient_network" and r["rejected"] > 1)
+        assert p5["plain_retries"] == sum(
+            1 for r in p5["rows"] if r["kind"] == "transient_network" and r["rejected"] > 1
+        )
         assert p5["rejected_per_episode_after_plain_retry"] == (p5["rejected"] - p5["plain_retries"]) / 3
         assert p5["over_one"] == [r for r in p5["rows"] if r["rejected"] > 1]
     p6 = result["P6"]

@@ -27,8 +27,14 @@ NOTEBOOK = ROOT / "notebooks" / "06_replay_dashboard.ipynb"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
     "--disable-quic",
     "--window-size=1400,1600",
     # Nothing leaves the machine: Voilà's page links CDN stylesheets (fonts, icons) that a closed
@@ -83,8 +89,16 @@ def voila_url(tmp_path: Path) -> Iterator[str]:
     """Voilà serving the dashboard notebook on 127.0.0.1 (its log in the test's tmp dir)."""
     port = _free_port()
     log = (tmp_path / "voila.log").open("w", encoding="utf-8")
-    command = [sys.executable, "-m", "voila", str(NOTEBOOK), "--no-browser", f"--port={port}",
-               "--Voila.ip=127.0.0.1", "--VoilaExecutor.timeout=180"]
+    command = [
+        sys.executable,
+        "-m",
+        "voila",
+        str(NOTEBOOK),
+        "--no-browser",
+        f"--port={port}",
+        "--Voila.ip=127.0.0.1",
+        "--VoilaExecutor.timeout=180",
+    ]
     server = subprocess.Popen(command, cwd=NOTEBOOK.parent, stdout=log, stderr=subprocess.STDOUT)
 
     def listening() -> bool:
@@ -175,9 +189,17 @@ def test_moving_a_slider_replays_and_redraws_the_table_and_the_figure(
     ActionChains(driver).click_and_hold(handle).move_by_offset(DRAG_PX, 0).release().perform()
 
     moved_to = _wait("the slider to move", 10, lambda: readout.text if readout.text != "0.60" else None)
-    after = _wait("the replay with the new budget ratio", REPLAY_S,
-                  lambda: (now := output()) and now != before and f"budget_ratio {float(moved_to):g}" in
-                  " ".join(now[1].split()) and now, explain)
+    after = _wait(
+        "the replay with the new budget ratio",
+        REPLAY_S,
+        lambda: (
+            (now := output())
+            and now != before
+            and f"budget_ratio {float(moved_to):g}" in " ".join(now[1].split())
+            and now
+        ),
+        explain,
+    )
     driver.save_screenshot(str(tmp_path / "dashboard.png"))
 
     assert float(moved_to) < 0.6
@@ -187,5 +209,7 @@ def test_moving_a_slider_replays_and_redraws_the_table_and_the_figure(
     assert rows["chars_lost"] == "0"
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
     replayed = time.monotonic() - started - rendered
-    print(f"dashboard rendered in {rendered:.1f} s (page load {load}); {SLIDER} {moved_to}: "
-          f"replayed in {replayed:.1f} s; screenshot {tmp_path / 'dashboard.png'}")
+    print(
+        f"dashboard rendered in {rendered:.1f} s (page load {load}); {SLIDER} {moved_to}: "
+        f"replayed in {replayed:.1f} s; screenshot {tmp_path / 'dashboard.png'}"
+    )

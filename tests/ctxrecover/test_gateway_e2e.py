@@ -64,11 +64,14 @@ OUTPUT_LIMIT_DEFAULT = (
 
 
 def bedrock_ok(text: str = "ok") -> httpx.Response:
-    return httpx.Response(200, json={
-        "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
-        "stopReason": "end_turn",
-        "usage": {"inputTokens": 100, "outputTokens": 2, "totalTokens": 102},
-    })
+    return httpx.Response(
+        200,
+        json={
+            "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+            "stopReason": "end_turn",
+            "usage": {"inputTokens": 100, "outputTokens": 2, "totalTokens": 102},
+        },
+    )
 
 
 def waf_403(request: httpx.Request) -> httpx.Response:
@@ -172,14 +175,17 @@ def test_a_content_block_below_accepted_sizes_is_one_request_no_compaction_and_a
         session.complete()
 
     error = info.value
-    (refused, ok), = gateway.in_turn(10)
+    ((refused, ok),) = gateway.in_turn(10)
     assert not ok and refused <= accepted
     newest = session.history[-1]
     assert SQL in newest.content and error.message_index == len(session.history) - 1
     assert error.message_bytes == history_bytes([newest], "bedrock-converse")
     assert (error.request_bytes, error.largest_accepted) == (refused, accepted)
     expected = CONTENT_BLOCK % (
-        format_payload_size(refused), format_payload_size(accepted), error.message_index, "tool result",
+        format_payload_size(refused),
+        format_payload_size(accepted),
+        error.message_index,
+        "tool result",
         format_payload_size(error.message_bytes),
     )
     assert str(error) == expected and notices(events, "content_block") == [expected]
@@ -259,8 +265,11 @@ def test_a_content_block_right_after_a_size_limit_names_the_conversations_messag
     assert trigger.role == "tool" and SQL in trigger.content and error.message_index == len(history) - 2
     assert error.message_bytes == history_bytes([trigger], "bedrock-converse")
     assert str(error) == CONTENT_BLOCK % (
-        format_payload_size(second), format_payload_size(error.largest_accepted), len(history) - 2,
-        "tool result", format_payload_size(error.message_bytes),
+        format_payload_size(second),
+        format_payload_size(error.largest_accepted),
+        len(history) - 2,
+        "tool result",
+        format_payload_size(error.message_bytes),
     )
     cap = session.learned_cap
     assert cap is not None
@@ -314,7 +323,7 @@ def test_a_431_is_one_request_one_diagnosis_no_compaction_and_no_body_cap() -> N
     with pytest.raises(HeaderFaultError) as info:
         session.complete()
 
-    (body, ok), = gateway.in_turn(0)
+    ((body, ok),) = gateway.in_turn(0)
     error = info.value
     assert error.header_bytes is not None and error.header_bytes > 9_000
     expected = HEADER_FAULT % (format_payload_size(error.header_bytes), format_payload_size(body))
@@ -383,10 +392,12 @@ def test_corporate_waf_learns_a_cap_at_what_passed_and_does_not_compact_every_tu
     assert model.learned_cap is not None and model.largest_accepted <= model.learned_cap
     assert model.learned_cap >= 0.95 * 128_000  # not ¾ of the rejection (96 KB), under the 101.5 KB prompt
     later = [t for t in per_turn if t > episode]
-    compacting = [t for t in later if any(isinstance(e, StatusEvent) and e.phase == "start"
-                                          for e in per_turn[t])]
-    preflight = [t for t in later if any(isinstance(e, Notice) and e.code == "preflight"
-                                         for e in per_turn[t])]
+    compacting = [
+        t for t in later if any(isinstance(e, StatusEvent) and e.phase == "start" for e in per_turn[t])
+    ]
+    preflight = [
+        t for t in later if any(isinstance(e, Notice) and e.code == "preflight" for e in per_turn[t])
+    ]
     assert len(compacting) <= len(later) // 3, compacting  # only when the turns' own growth needs it
     assert len(preflight) <= 2, preflight
     assert all(" of learned cap (" in text for text in notices(events, "preflight"))
@@ -468,9 +479,12 @@ def reset_above(limit: int) -> Gateway:
 
 
 def envoy_above(limit: int) -> Gateway:
-    return size_gate(limit + 1, lambda request: httpx.Response(
-        503, text=ENVOY_503, headers={"content-type": "text/plain", "server": "envoy"}
-    ))
+    return size_gate(
+        limit + 1,
+        lambda request: httpx.Response(
+            503, text=ENVOY_503, headers={"content-type": "text/plain", "server": "envoy"}
+        ),
+    )
 
 
 @pytest.mark.parametrize("make_gateway", [reset_above, envoy_above], ids=["resets", "envoy-503"])
@@ -534,8 +548,12 @@ def classify_with_output_limit(error: BaseException | None = None, **kwargs: obj
     body = getattr(error, "body", None) or ""
     found = STATED_CAP.search(body) if "max_tokens is too large" in body else None
     if found:
-        return Failure(FailureKind.OUTPUT_LIMIT, status=400, output_limit_tokens=int(found.group(1)),
-                       evidence="max_tokens is too large")
+        return Failure(
+            FailureKind.OUTPUT_LIMIT,
+            status=400,
+            output_limit_tokens=int(found.group(1)),
+            evidence="max_tokens is too large",
+        )
     return classify(error, **kwargs)  # type: ignore[arg-type]
 
 
@@ -545,10 +563,13 @@ def openai_with_output_cap(cap: int, log: list[int | None]) -> Callable[[httpx.R
         log.append(max_tokens)
         if max_tokens is not None and max_tokens > cap:
             return httpx.Response(400, text=OPENAI_MAX_TOKENS % (max_tokens, cap, max_tokens))
-        return httpx.Response(200, json={
-            "choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 50, "completion_tokens": 1},
-        })
+        return httpx.Response(
+            200,
+            json={
+                "choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 50, "completion_tokens": 1},
+            },
+        )
 
     return handler
 
@@ -556,8 +577,12 @@ def openai_with_output_cap(cap: int, log: list[int | None]) -> Callable[[httpx.R
 def test_max_tokens_over_the_models_cap_is_lowered_to_the_stated_limit_never_compacted() -> None:
     asked: list[int | None] = []
     events: list[Event] = []
-    sender = HttpxSender("openai-chat", base_url="http://provider.test", model="gpt-4o",
-                         transport=httpx.MockTransport(openai_with_output_cap(16_384, asked)))
+    sender = HttpxSender(
+        "openai-chat",
+        base_url="http://provider.test",
+        model="gpt-4o",
+        transport=httpx.MockTransport(openai_with_output_cap(16_384, asked)),
+    )
     session = Session(
         sender, on_event=events.append, max_tokens=200_000, classifier=classify_with_output_limit
     )
@@ -576,8 +601,12 @@ def test_max_tokens_over_the_models_cap_is_lowered_to_the_stated_limit_never_com
 
 def test_a_max_tokens_rejection_without_a_stated_limit_halves_it() -> None:
     asked: list[int | None] = []
-    sender = HttpxSender("openai-chat", base_url="http://provider.test", model="gpt-4o",
-                         transport=httpx.MockTransport(openai_with_output_cap(20_000, asked)))
+    sender = HttpxSender(
+        "openai-chat",
+        base_url="http://provider.test",
+        model="gpt-4o",
+        transport=httpx.MockTransport(openai_with_output_cap(20_000, asked)),
+    )
 
     def unstated(error: BaseException | None = None, **kwargs: object) -> Failure:
         failure = classify_with_output_limit(error, **kwargs)
@@ -597,13 +626,20 @@ def test_escalation_stops_at_the_catalog_output_cap_and_the_window_room() -> Non
     def truncating(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         asked.append(body.get("max_tokens"))
-        return httpx.Response(200, json={
-            "choices": [{"message": {"role": "assistant", "content": "part"}, "finish_reason": "length"}],
-            "usage": {"prompt_tokens": 6_000, "completion_tokens": 10},
-        })
+        return httpx.Response(
+            200,
+            json={
+                "choices": [{"message": {"role": "assistant", "content": "part"}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 6_000, "completion_tokens": 10},
+            },
+        )
 
-    sender = HttpxSender("openai-chat", base_url="http://provider.test", model="gpt-4o",
-                         transport=httpx.MockTransport(truncating))
+    sender = HttpxSender(
+        "openai-chat",
+        base_url="http://provider.test",
+        model="gpt-4o",
+        transport=httpx.MockTransport(truncating),
+    )
     Session(sender, max_tokens=8_192, history=[Message.user("go")]).complete()
     assert asked == [8_192, 16_384]  # gpt-4o's output cap is 16 384: no 32 768 escalation
 
@@ -670,8 +706,12 @@ def test_a_max_tokens_rejection_of_a_request_that_set_none_retries_with_the_stat
         return openai_with_output_cap(16_384, [])(request)
 
     events: list[Event] = []
-    sender = HttpxSender("openai-chat", base_url="http://provider.test", model="gpt-4o",
-                         transport=httpx.MockTransport(default_too_large))
+    sender = HttpxSender(
+        "openai-chat",
+        base_url="http://provider.test",
+        model="gpt-4o",
+        transport=httpx.MockTransport(default_too_large),
+    )
     session = Session(sender, on_event=events.append, history=[Message.user("go")])
 
     assert session.complete().content == "ok"
@@ -685,8 +725,12 @@ def test_a_max_tokens_rejection_of_a_request_that_set_none_and_states_no_limit_f
         '{"error": {"message": "max_tokens is too large", "type": "invalid_request_error", '
         '"param": "max_tokens", "code": "invalid_value"}}'
     )
-    sender = HttpxSender("openai-chat", base_url="http://provider.test", model="gpt-4o",
-                         transport=httpx.MockTransport(lambda request: httpx.Response(400, text=unstated)))
+    sender = HttpxSender(
+        "openai-chat",
+        base_url="http://provider.test",
+        model="gpt-4o",
+        transport=httpx.MockTransport(lambda request: httpx.Response(400, text=unstated)),
+    )
     session = Session(sender, history=[Message.user("go")])
 
     with pytest.raises(UnrecoverableFailure, match=r"\(max_tokens=not set\)$"):

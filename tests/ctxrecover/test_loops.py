@@ -71,9 +71,7 @@ def test_one_rejection_retried_once_prints_one_recovery_notice_whatever_levels_i
 def test_oneshot_prints_to_the_given_stream() -> None:
     stream = io.StringIO()
 
-    assert (
-        oneshot(OverflowOnce("fine"), LONG_PROMPT, stream=stream) == "fine"
-    )
+    assert oneshot(OverflowOnce("fine"), LONG_PROMPT, stream=stream) == "fine"
 
     assert stream.getvalue().splitlines()[0] == RECOVERY_NOTICE
 

@@ -431,8 +431,11 @@ def test_an_ordered_pair_from_the_environment_applies_without_a_warning(
 
 
 def test_constructing_an_inverted_pair_raises_naming_both_fields() -> None:
-    with pytest.raises(ConfigError, match=r"Policy.microcompact_truncate_turns \(5\) must be <= "
-                                          r"Policy.microcompact_summarize_turns \(2\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"Policy.microcompact_truncate_turns \(5\) must be <= "
+        r"Policy.microcompact_summarize_turns \(2\)",
+    ):
         Policy(microcompact_truncate_turns=5, microcompact_summarize_turns=2)
     with pytest.raises(ConfigError, match="microcompact_truncate_turns"):
         DEFAULT_POLICY.replace(microcompact_summarize_turns=1)

@@ -324,8 +324,12 @@ def test_a_rejected_send_reports_the_size_of_the_request_head_it_sent() -> None:
     recorder = Recorder(lambda request: httpx.Response(431, text=""))
     cookie = "session=" + "c" * 9_000
     sender = HttpxSender(
-        "openai-chat", base_url="http://provider.test", model="gpt-4o", api_key="sk-test",
-        headers={"cookie": cookie}, transport=httpx.MockTransport(recorder),
+        "openai-chat",
+        base_url="http://provider.test",
+        model="gpt-4o",
+        api_key="sk-test",
+        headers={"cookie": cookie},
+        transport=httpx.MockTransport(recorder),
     )
     with sender, pytest.raises(SendFailed) as info:
         sender.send(REQUEST)
@@ -399,8 +403,10 @@ def test_injected_client_is_used_and_not_closed() -> None:
 def test_request_hooks_of_an_injected_client_can_read_the_body() -> None:
     seen: list[bytes] = []
     recorder = Recorder(lambda request: httpx.Response(200, json=FORMATS[0][5]))
-    client = httpx.Client(transport=httpx.MockTransport(recorder),
-                          event_hooks={"request": [lambda request: seen.append(request.content)]})
+    client = httpx.Client(
+        transport=httpx.MockTransport(recorder),
+        event_hooks={"request": [lambda request: seen.append(request.content)]},
+    )
     long_request = ChatRequest(tuple(Message.user(f"message {i} " * 3_000) for i in range(40)))
     with HttpxSender("openai-chat", base_url=BASE_URL, model="gpt-4o", client=client) as sender:
         assert len(sender.render_chunks(long_request)) > 1

@@ -457,7 +457,9 @@ def numbered(path: str, lines: int, tag: str) -> str:
 
 def test_every_archive_write_is_counted_by_its_source_and_recoveries_count_as_compactions() -> None:
     overflow = SendFailed(
-        "HTTP 400", request_bytes=900_000, status=400,
+        "HTTP 400",
+        request_bytes=900_000,
+        status=400,
         body='{"error":{"code":"context_length_exceeded","message":"maximum context length exceeded"}}',
     )
     sender = ScriptedSender(answer("first"), overflow, answer("second"), answer("third"))
@@ -998,9 +1000,12 @@ def test_an_overflow_that_states_the_window_tightens_the_sessions_window_once() 
     session.complete()
 
     assert session.context_window == 8000
-    assert notices(events).count(
-        "ℹ Provider reported a context window of 8000 tokens — budget recomputed for this session"
-    ) == 1
+    assert (
+        notices(events).count(
+            "ℹ Provider reported a context window of 8000 tokens — budget recomputed for this session"
+        )
+        == 1
+    )
     # the budget leaves room for the 4096 tokens Anthropic reserves for the answer
     assert session.char_budget(max_tokens=4096) <= int((8000 - 4096) * session.chars_per_token)
 

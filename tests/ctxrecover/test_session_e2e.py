@@ -162,9 +162,12 @@ def test_a_system_prompt_grown_past_a_rejected_size_gets_the_spec_text_and_no_re
     rejected = session.gateway.smallest_rejected
     assert rejected is not None and session.stats.rejected_requests == 1
     sent = len(gateway.sizes)
-    session.restore({**session.state(), "history": [
-        Message.system("S" * (80 * KB)).to_dict(), Message.user("next").to_dict()
-    ]})
+    session.restore(
+        {
+            **session.state(),
+            "history": [Message.system("S" * (80 * KB)).to_dict(), Message.user("next").to_dict()],
+        }
+    )
 
     with pytest.raises(PayloadFloorError) as info:
         session.complete()
@@ -201,10 +204,13 @@ def test_floor_fails_fast_naming_the_smallest_request_when_no_compaction_could_g
         f"✖ The smallest request compaction can produce is {smallest} (system prompt: 126."
     )
     assert "newest messages: 3." in str(error)
-    assert str(error).endswith(f"rejected ({format_payload_size(gateway.sizes[0])}). " + (
-        "History compaction cannot help further — shorten the newest messages, reduce MCP servers, "
-        "skills or personas, or raise the proxy/WAF body-size limit"
-    ))
+    assert str(error).endswith(
+        f"rejected ({format_payload_size(gateway.sizes[0])}). "
+        + (
+            "History compaction cannot help further — shorten the newest messages, reduce MCP servers, "
+            "skills or personas, or raise the proxy/WAF body-size limit"
+        )
+    )
 
 
 def test_no_false_floor_diagnosis_when_compaction_can_shrink_the_newest_messages() -> None:
@@ -225,9 +231,12 @@ def test_payload_notice_is_added_once_over_three_recoveries() -> None:
     # With cap_strategy="none" nothing is learned, so each turn that grows past the 40 KB gateway is
     # one more payload recovery; the notice message is added on the first only and, once compaction
     # has archived it, never again.
-    gateway = Gateway(limit=40 * KB, reject=lambda request: httpx.Response(
-        413, text="<html><center><h1>413 Request Entity Too Large</h1></center></html>"
-    ))
+    gateway = Gateway(
+        limit=40 * KB,
+        reject=lambda request: httpx.Response(
+            413, text="<html><center><h1>413 Request Entity Too Large</h1></center></html>"
+        ),
+    )
     session, _events = make_session(gateway, policy=Policy(cap_strategy="none"))
     session.extend(agent_history(system_chars=1000, results=4, result_chars=12 * KB))
     for turn in range(3):

@@ -63,13 +63,21 @@ Turns = list[tuple[int, list[str]]]
 
 def _run(turns: Turns, cap: int | None, window: int, *, incremental: bool) -> dict[str, Any]:
     gateway = Gateway(cap, [])
-    sender = HttpxSender("openai-chat", base_url="http://provider.test", model="gpt-4o",
-                         transport=httpx.MockTransport(gateway))
+    sender = HttpxSender(
+        "openai-chat", base_url="http://provider.test", model="gpt-4o", transport=httpx.MockTransport(gateway)
+    )
     events: list[Any] = []
     archive = MemoryArchive()
     policy = Policy(context_window=window, microcompact_truncate_turns=2, microcompact_summarize_turns=4)
-    session = Session(sender, policy=policy, archive=archive, on_event=events.append, sleep=lambda _: None,
-                      history=[Message.system("You are a coding agent. " * 20)], incremental=incremental)
+    session = Session(
+        sender,
+        policy=policy,
+        archive=archive,
+        on_event=events.append,
+        sleep=lambda _: None,
+        history=[Message.system("You are a coding agent. " * 20)],
+        incremental=incremental,
+    )
     outcomes = []
     for n, (ask, results) in enumerate(turns):
         session.add(Message.user(f"turn {n}: " + "please " * (ask // 7)))
@@ -93,8 +101,11 @@ def _run(turns: Turns, cap: int | None, window: int, *, incremental: bool) -> di
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(turns=st.lists(_TURN, min_size=1, max_size=14), cap=st.sampled_from([None, 40_000, 90_000]),
-       window=st.sampled_from([8_000, 30_000, 200_000]))
+@given(
+    turns=st.lists(_TURN, min_size=1, max_size=14),
+    cap=st.sampled_from([None, 40_000, 90_000]),
+    window=st.sampled_from([8_000, 30_000, 200_000]),
+)
 def test_an_incremental_session_equals_a_full_one_turn_after_turn(
     turns: Turns, cap: int | None, window: int
 ) -> None:

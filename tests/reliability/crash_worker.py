@@ -142,8 +142,9 @@ def _env_int(name: str) -> int | None:
 
 
 def main(directory: Path) -> None:
-    archive = CrashingArchive(directory / ARCHIVE_FILE, after=_env_int(CRASH_AFTER_ENV),
-                              before=_env_int(CRASH_BEFORE_ENV))
+    archive = CrashingArchive(
+        directory / ARCHIVE_FILE, after=_env_int(CRASH_AFTER_ENV), before=_env_int(CRASH_BEFORE_ENV)
+    )
     turn, state = load(directory)
     current = {"turn": turn}
 
@@ -152,8 +153,9 @@ def main(directory: Path) -> None:
 
     provider = MockProvider("openai-chat", context_window=1_000_000, script=script)
     gateway = Middlebox(provider, [BodyCap(GATEWAY_LIMIT, probability=GATEWAY_PROBABILITY)], seed=SEED + turn)
-    sender = HttpxSender("openai-chat", base_url="http://gateway.test", model="gpt-4o",
-                         transport=httpx.MockTransport(gateway))
+    sender = HttpxSender(
+        "openai-chat", base_url="http://gateway.test", model="gpt-4o", transport=httpx.MockTransport(gateway)
+    )
     session = Session(sender, policy=POLICY, archive=archive, env={}, sleep=lambda _s: None)
     if state is not None:
         session.restore(state)

@@ -96,24 +96,40 @@ class _Provider:
         self.box = Middlebox(self.upstream, [BodyCap(CAP)])
 
     def sender(self) -> HttpxSender:
-        return HttpxSender("openai-chat", base_url="http://gateway.test", model="gpt-4o",
-                           transport=httpx.MockTransport(self.box))
+        return HttpxSender(
+            "openai-chat",
+            base_url="http://gateway.test",
+            model="gpt-4o",
+            transport=httpx.MockTransport(self.box),
+        )
 
 
 def _agent_turn(turn: int) -> list[Message]:
     """A user task, then parallel file reads whose results alone are over the gateway's cap."""
-    calls = [ToolCall(f"read_{turn}_{i}", "read_file", f'{{"path": "src/m{turn}_{i}.py"}}')
-             for i in range(PARALLEL_READS)]
+    calls = [
+        ToolCall(f"read_{turn}_{i}", "read_file", f'{{"path": "src/m{turn}_{i}.py"}}')
+        for i in range(PARALLEL_READS)
+    ]
     results = [Message.tool(call.id, f"module {call.id} line\n" * (RESULT_CHARS // 20)) for call in calls]
-    return [Message.user(f"turn {turn}: inspect the modules and report"),
-            Message.assistant("Reading them.", calls), *results]
+    return [
+        Message.user(f"turn {turn}: inspect the modules and report"),
+        Message.assistant("Reading them.", calls),
+        *results,
+    ]
 
 
 def _run(policy: Policy) -> tuple[Session, list[Event], list[Message], _Provider]:
     provider = _Provider()
     events: list[Event] = []
-    session = Session(provider.sender(), policy=policy, archive=MemoryArchive(), on_event=events.append,
-                      model="gpt-4o", env={}, sleep=lambda _s: None)
+    session = Session(
+        provider.sender(),
+        policy=policy,
+        archive=MemoryArchive(),
+        on_event=events.append,
+        model="gpt-4o",
+        env={},
+        sleep=lambda _s: None,
+    )
     fed = [Message.system("You are a careful coding agent.")]
     session.add(fed[0])
     for turn in range(1, TURNS + 1):
@@ -140,9 +156,7 @@ def test_a_session_on_the_garbage_policy_recovers_like_a_default_session() -> No
     assert first_turn_end == len(config)
 
     # Everything else is exactly what a session on the defaults does.
-    assert [n for n in notices if n.code != "config"] == [
-        n for n in baseline_events if isinstance(n, Notice)
-    ]
+    assert [n for n in notices if n.code != "config"] == [n for n in baseline_events if isinstance(n, Notice)]
     rejected = [r.request_bytes for r in provider.box.rejections]
     assert rejected, "the scenario must make the gateway reject a request"
     assert rejected == [r.request_bytes for r in baseline_provider.box.rejections]
@@ -153,8 +167,26 @@ def test_a_session_on_the_garbage_policy_recovers_like_a_default_session() -> No
 
 
 ENV_TEXT = st.text(max_size=12) | st.sampled_from(
-    ["", " ", "5", "5MB", "+7", "0", "-1", "1.5", "9" * 5000, "١٢", "openai:gpt-4o-mini", "mcp:engine",
-     "provider", "PROVIDER", "https://engine.test/compact", "mcp:", "http://", "\u00a0"]
+    [
+        "",
+        " ",
+        "5",
+        "5MB",
+        "+7",
+        "0",
+        "-1",
+        "1.5",
+        "9" * 5000,
+        "١٢",
+        "openai:gpt-4o-mini",
+        "mcp:engine",
+        "provider",
+        "PROVIDER",
+        "https://engine.test/compact",
+        "mcp:",
+        "http://",
+        "\u00a0",
+    ]
 )
 
 

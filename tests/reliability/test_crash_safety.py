@@ -62,8 +62,11 @@ worker = _load_worker()
 
 
 def _environment(mode: str, rng: random.Random) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in (worker.CRASH_AFTER_ENV, worker.CRASH_BEFORE_ENV) and not k.startswith("CHATCLI_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in (worker.CRASH_AFTER_ENV, worker.CRASH_BEFORE_ENV) and not k.startswith("CHATCLI_")
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     if mode == "after_put":
         env[worker.CRASH_AFTER_ENV] = str(rng.randint(1, MAX_PUT_INDEX))
@@ -76,7 +79,11 @@ def _run_until_killed(directory: Path, mode: str, rng: random.Random) -> int:
     """Start the worker, let it die (or kill it after a random delay); returns the turn it resumed at."""
     process = subprocess.Popen(
         [sys.executable, str(WORKER), str(directory)],
-        cwd=REPO_ROOT, env=_environment(mode, rng), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO_ROOT,
+        env=_environment(mode, rng),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stdout is not None

@@ -52,17 +52,75 @@ SCALARS = st.one_of(
     st.integers(),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=12),
-    st.sampled_from(["user", "assistant", "tool", "system", "text", "tool_use", "tool_result", "image",
-                     "base64", "url", "data:image/png;base64,AAAA", "{}", "[1]", "5MB", "128KB"]),
+    st.sampled_from(
+        [
+            "user",
+            "assistant",
+            "tool",
+            "system",
+            "text",
+            "tool_use",
+            "tool_result",
+            "image",
+            "base64",
+            "url",
+            "data:image/png;base64,AAAA",
+            "{}",
+            "[1]",
+            "5MB",
+            "128KB",
+        ]
+    ),
 )
 MESSAGE_KEYS = st.sampled_from(
     [
-        "role", "content", "type", "text", "tool_calls", "function", "name", "arguments", "id",
-        "tool_call_id", "tool_call_ids", "tool_use_id", "source", "data", "url", "image_url", "input",
-        "is_error", "messages", "system", "history", "info", "trajectory", "traj", "task_id", "reward",
-        "trial", "message", "_meta", "facts", "metadata", "kind", "value", "message_index", "images",
-        "media_type", "system_parts", "summary_of", "preserve_verbatim", "sessionId", "uuid", "isMeta",
-        "isSidechain", "model", "refusal", "input_text", "output_text",
+        "role",
+        "content",
+        "type",
+        "text",
+        "tool_calls",
+        "function",
+        "name",
+        "arguments",
+        "id",
+        "tool_call_id",
+        "tool_call_ids",
+        "tool_use_id",
+        "source",
+        "data",
+        "url",
+        "image_url",
+        "input",
+        "is_error",
+        "messages",
+        "system",
+        "history",
+        "info",
+        "trajectory",
+        "traj",
+        "task_id",
+        "reward",
+        "trial",
+        "message",
+        "_meta",
+        "facts",
+        "metadata",
+        "kind",
+        "value",
+        "message_index",
+        "images",
+        "media_type",
+        "system_parts",
+        "summary_of",
+        "preserve_verbatim",
+        "sessionId",
+        "uuid",
+        "isMeta",
+        "isSidechain",
+        "model",
+        "refusal",
+        "input_text",
+        "output_text",
     ]
 )
 
@@ -135,8 +193,9 @@ def test_arbitrary_jsonl_loads_or_raises_a_transcript_error_with_its_line(
 ) -> None:
     rendered = [line if isinstance(line, str) else _dumps(line) for line in lines]
     separator = "\n\n" if blank_lines else "\n"
-    _check_load(fuzz_dir / "lines.jsonl", separator.join(rendered).encode("utf-8", "surrogatepass"),
-                format=format)
+    _check_load(
+        fuzz_dir / "lines.jsonl", separator.join(rendered).encode("utf-8", "surrogatepass"), format=format
+    )
 
 
 MESSAGE_DICTS = st.fixed_dictionaries(
@@ -154,8 +213,11 @@ MESSAGE_DICTS = st.fixed_dictionaries(
 
 
 @FUZZ
-@given(messages=st.lists(MESSAGE_DICTS, min_size=1, max_size=5), as_document=st.booleans(),
-       format=st.none() | st.sampled_from(FORMATS))
+@given(
+    messages=st.lists(MESSAGE_DICTS, min_size=1, max_size=5),
+    as_document=st.booleans(),
+    format=st.none() | st.sampled_from(FORMATS),
+)
 def test_message_shaped_input_loads_or_raises_a_transcript_error(
     fuzz_dir: Path, messages: list[dict[str, object]], as_document: bool, format: str | None
 ) -> None:
@@ -169,9 +231,30 @@ def test_message_shaped_input_loads_or_raises_a_transcript_error(
 # -- schedules -----------------------------------------------------------------------------------
 
 SCHEDULE_KEYS = st.sampled_from(
-    sorted({*TOP_LEVEL_KEYS, *PROVIDER_KEYS, *SUMMARIZER_KEYS, *WORKLOAD_KEYS, *EXPECT_KEYS, "kind",
-            "limit", "min_bytes", "n_bytes", "probability", "from_turn", "until_turn", "page", "response",
-            "delay_s", "retry_after", "fmt", "payload_cap", "keep_recent", "budget_ratio"})
+    sorted(
+        {
+            *TOP_LEVEL_KEYS,
+            *PROVIDER_KEYS,
+            *SUMMARIZER_KEYS,
+            *WORKLOAD_KEYS,
+            *EXPECT_KEYS,
+            "kind",
+            "limit",
+            "min_bytes",
+            "n_bytes",
+            "probability",
+            "from_turn",
+            "until_turn",
+            "page",
+            "response",
+            "delay_s",
+            "retry_after",
+            "fmt",
+            "payload_cap",
+            "keep_recent",
+            "budget_ratio",
+        }
+    )
 )
 SCHEDULE_VALUES = json_values(SCHEDULE_KEYS) | st.sampled_from(sorted(FAULT_KINDS))
 
@@ -179,9 +262,23 @@ SCHEDULE_VALUES = json_values(SCHEDULE_KEYS) | st.sampled_from(sorted(FAULT_KIND
 def _fault_tables() -> st.SearchStrategy[dict[str, object]]:
     return st.fixed_dictionaries(
         {"kind": st.sampled_from(sorted(FAULT_KINDS)) | SCALARS},
-        optional={name: SCHEDULE_VALUES for name in
-                  ("limit", "min_bytes", "n_bytes", "probability", "from_turn", "until_turn", "page",
-                   "response", "delay_s", "retry_after", "fmt", "bogus")},
+        optional={
+            name: SCHEDULE_VALUES
+            for name in (
+                "limit",
+                "min_bytes",
+                "n_bytes",
+                "probability",
+                "from_turn",
+                "until_turn",
+                "page",
+                "response",
+                "delay_s",
+                "retry_after",
+                "fmt",
+                "bogus",
+            )
+        },
     )
 
 
@@ -192,17 +289,29 @@ SCENARIO_DOCUMENTS = st.fixed_dictionaries(
         "seed": SCALARS,
         "name": SCALARS,
         "provider": st.fixed_dictionaries(
-            {}, optional={"format": st.sampled_from(["openai-chat", "anthropic", "gemini", "nope"]) | SCALARS,
-                          "model": SCALARS, "context_window": SCALARS, "max_output_tokens_cap": SCALARS},
-        ) | SCHEDULE_VALUES,
+            {},
+            optional={
+                "format": st.sampled_from(["openai-chat", "anthropic", "gemini", "nope"]) | SCALARS,
+                "model": SCALARS,
+                "context_window": SCALARS,
+                "max_output_tokens_cap": SCALARS,
+            },
+        )
+        | SCHEDULE_VALUES,
         "fault": st.lists(_fault_tables() | SCHEDULE_VALUES, max_size=3) | SCHEDULE_VALUES,
         "summarizer": st.dictionaries(st.sampled_from(SUMMARIZER_KEYS), SCHEDULE_VALUES) | SCHEDULE_VALUES,
         "workload": st.dictionaries(st.sampled_from(WORKLOAD_KEYS), SCHEDULE_VALUES) | SCHEDULE_VALUES,
         "policy": st.dictionaries(SCHEDULE_KEYS, SCHEDULE_VALUES, max_size=3) | SCHEDULE_VALUES,
         "expect": st.fixed_dictionaries(
-            {}, optional={"outcome": st.sampled_from(["recovered", "ok", "bad"]) | SCALARS,
-                          "failure_kind": SCALARS, "compaction_level": SCALARS, "floor_warning": SCALARS},
-        ) | SCHEDULE_VALUES,
+            {},
+            optional={
+                "outcome": st.sampled_from(["recovered", "ok", "bad"]) | SCALARS,
+                "failure_kind": SCALARS,
+                "compaction_level": SCALARS,
+                "floor_warning": SCALARS,
+            },
+        )
+        | SCHEDULE_VALUES,
         "bogus": SCALARS,
     },
 )
@@ -210,10 +319,22 @@ SCENARIO_DOCUMENTS = st.fixed_dictionaries(
 
 @FUZZ
 @given(document=SCENARIO_DOCUMENTS | st.dictionaries(SCHEDULE_KEYS, SCHEDULE_VALUES, max_size=6))
-@example(document={"description": "x", "provider": {"format": "anthropic"}, "expect": {"outcome": "ok"},
-                   "fault": [{"kind": "body-cap", "limit": "1e400KB"}]})
-@example(document={"description": "x", "provider": {"format": "anthropic", "context_window": 10**400},
-                   "expect": {"outcome": "ok"}, "workload": {"history_bytes": "1e308GB"}})
+@example(
+    document={
+        "description": "x",
+        "provider": {"format": "anthropic"},
+        "expect": {"outcome": "ok"},
+        "fault": [{"kind": "body-cap", "limit": "1e400KB"}],
+    }
+)
+@example(
+    document={
+        "description": "x",
+        "provider": {"format": "anthropic", "context_window": 10**400},
+        "expect": {"outcome": "ok"},
+        "workload": {"history_bytes": "1e308GB"},
+    }
+)
 def test_arbitrary_scenario_documents_give_a_scenario_or_a_scenario_error(
     document: dict[str, object],
 ) -> None:
@@ -230,9 +351,17 @@ def test_arbitrary_scenario_documents_give_a_scenario_or_a_scenario_error(
 SCENARIO_TEXT = st.one_of(
     st.text(max_size=200),
     SCENARIO_DOCUMENTS.map(_dumps),
-    st.sampled_from(["", "[", "a = [" + "[" * DEEP, "[" * DEEP, '{"a": ' * DEEP,
-                     "description = 1\n[[fault]]\n",
-                     'description = "x"\n[provider]\nformat = "gemini"\n[expect]\noutcome = "ok"\n']),
+    st.sampled_from(
+        [
+            "",
+            "[",
+            "a = [" + "[" * DEEP,
+            "[" * DEEP,
+            '{"a": ' * DEEP,
+            "description = 1\n[[fault]]\n",
+            'description = "x"\n[provider]\nformat = "gemini"\n[expect]\noutcome = "ok"\n',
+        ]
+    ),
 )
 
 
@@ -254,10 +383,38 @@ def test_arbitrary_scenario_files_give_a_scenario_or_a_scenario_error(
 
 
 FAULT_SPEC_PARTS = st.sampled_from(
-    [*FAULT_KINDS, "128KB", "1MB", "0B", "5", "-1KB", "nan", "inf", "1e999KB", "nginx", "envoy", "akamai",
-     "cloudflare", "waf-403-html", "reset-after", "probability=0.5", "probability=2", "from_turn=3",
-     "until_turn=1", "min_bytes=10KB", "min_bytes=", "=", "limit=1", "bogus=1", "n_bytes=-3", "delay_s=0",
-     "retry_after=x", "fmt=gemini", "fmt=nope", ""]
+    [
+        *FAULT_KINDS,
+        "128KB",
+        "1MB",
+        "0B",
+        "5",
+        "-1KB",
+        "nan",
+        "inf",
+        "1e999KB",
+        "nginx",
+        "envoy",
+        "akamai",
+        "cloudflare",
+        "waf-403-html",
+        "reset-after",
+        "probability=0.5",
+        "probability=2",
+        "from_turn=3",
+        "until_turn=1",
+        "min_bytes=10KB",
+        "min_bytes=",
+        "=",
+        "limit=1",
+        "bogus=1",
+        "n_bytes=-3",
+        "delay_s=0",
+        "retry_after=x",
+        "fmt=gemini",
+        "fmt=nope",
+        "",
+    ]
 ) | st.text(alphabet=string.printable, max_size=8)
 
 
@@ -280,7 +437,8 @@ def test_arbitrary_fault_specs_give_a_fault_or_a_scenario_error(spec: str) -> No
 
 SIZE_TEXT = st.text(max_size=30) | st.builds(
     lambda number, space, unit: f"{number}{space}{unit}",
-    st.floats(allow_nan=True, allow_infinity=True).map(repr) | st.integers().map(str)
+    st.floats(allow_nan=True, allow_infinity=True).map(repr)
+    | st.integers().map(str)
     | st.sampled_from(["1e308", "1.8e308", "9" * 400, "1_000", "٣", "１２", "-0", ".5", "5."]),
     st.sampled_from(["", " ", "\t"]),
     st.sampled_from(["", "B", "K", "KB", "kb", "M", "MB", "G", "GB", "gb", "TB", "KiB"]),
@@ -300,10 +458,13 @@ def test_parse_payload_size_gives_a_non_negative_int_for_any_text(text: str) -> 
 KEYISH = st.text(alphabet="0123456789abcdefABCDEF", min_size=15, max_size=17)
 RECALL_TEXT = st.one_of(
     st.text(max_size=200),
-    st.lists(st.one_of(KEYISH, KEYISH.map(marker), KEYISH.map(lambda k: f"ccr:{k}"), st.text(max_size=8)),
-             max_size=6).map(" ".join),
-    json_values(st.sampled_from(["key", "keys", "marker", "markers", "ccr", "id", "other"])
-                | st.text(max_size=4)).map(_dumps),
+    st.lists(
+        st.one_of(KEYISH, KEYISH.map(marker), KEYISH.map(lambda k: f"ccr:{k}"), st.text(max_size=8)),
+        max_size=6,
+    ).map(" ".join),
+    json_values(
+        st.sampled_from(["key", "keys", "marker", "markers", "ccr", "id", "other"]) | st.text(max_size=4)
+    ).map(_dumps),
 )
 
 
@@ -332,8 +493,23 @@ WEIRD_VALUES = st.one_of(
     st.sampled_from([float("nan"), 10**400, -1, 413, 403, "413", b"403", (), [], {}, object()]),
     st.builds(lambda: _Explodes()),
 )
-WEIRD_ATTRIBUTES = ("status_code", "status", "code", "body", "response", "message", "text", "headers",
-                    "request_bytes", "args", "errno", "__notes__", "request", "content", "error")
+WEIRD_ATTRIBUTES = (
+    "status_code",
+    "status",
+    "code",
+    "body",
+    "response",
+    "message",
+    "text",
+    "headers",
+    "request_bytes",
+    "args",
+    "errno",
+    "__notes__",
+    "request",
+    "content",
+    "error",
+)
 
 
 class _Explodes:
@@ -382,11 +558,21 @@ def _error(kind: int, text: str, attributes: dict[str, object]) -> BaseException
 LINKS = st.lists(
     st.tuples(
         st.integers(0, 4),
-        st.text(max_size=40) | st.sampled_from(["413 Payload Too Large", "connection reset by peer",
-                                                "blocked by firewall", "prompt is too long", "EOF"]),
-        st.dictionaries(st.sampled_from(WEIRD_ATTRIBUTES),
-                        WEIRD_VALUES | st.builds(_Response, WEIRD_VALUES, WEIRD_VALUES, WEIRD_VALUES),
-                        max_size=3),
+        st.text(max_size=40)
+        | st.sampled_from(
+            [
+                "413 Payload Too Large",
+                "connection reset by peer",
+                "blocked by firewall",
+                "prompt is too long",
+                "EOF",
+            ]
+        ),
+        st.dictionaries(
+            st.sampled_from(WEIRD_ATTRIBUTES),
+            WEIRD_VALUES | st.builds(_Response, WEIRD_VALUES, WEIRD_VALUES, WEIRD_VALUES),
+            max_size=3,
+        ),
         st.sampled_from(["cause", "context", "group"]),
     ),
     min_size=1,

@@ -34,15 +34,20 @@ def test_thousands_of_requests_leave_every_log_bounded_and_every_counter_exact()
         body = big if i % 3 == 0 else chat
         return client.post(server.base_url + "/v1/chat/completions", json=body).status_code
 
-    with LoopbackServer(box) as server, httpx.Client(trust_env=False, timeout=30,
-                                                     limits=httpx.Limits(max_connections=CLIENTS)) as client:
+    with (
+        LoopbackServer(box) as server,
+        httpx.Client(trust_env=False, timeout=30, limits=httpx.Limits(max_connections=CLIENTS)) as client,
+    ):
         with ThreadPoolExecutor(CLIENTS) as pool:
             statuses = list(pool.map(send, range(REQUESTS)))
         stats = server.stats()
     assert statuses.count(413) == REQUESTS // 3 and statuses.count(200) == REQUESTS - REQUESTS // 3
     assert server.served == REQUESTS and len(server.records) == DEFAULT_KEEP_RECORDS
     assert service.call_count == REQUESTS - REQUESTS // 3
-    assert all(len(provider.calls) == KEEP_CALLS for provider in service.providers.values()
-               if provider.call_count >= KEEP_CALLS)
+    assert all(
+        len(provider.calls) == KEEP_CALLS
+        for provider in service.providers.values()
+        if provider.call_count >= KEEP_CALLS
+    )
     assert box.rejected == {"body-cap": REQUESTS // 3} and len(box.rejections) == KEEP_REJECTIONS
     assert stats["inflight_body_bytes"] == 0 and stats["connections"] <= CLIENTS

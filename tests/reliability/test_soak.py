@@ -171,8 +171,9 @@ def run_soak(user_turns: int, *, trace_from: float = 0.0) -> SoakResult:
     script = _Script()
     provider = scenario.build_provider(script)
     box = scenario.build_middlebox(provider, sleep=lambda _s: None)
-    sender = HttpxSender("openai-chat", base_url="http://mock.local", model="gpt-4o",
-                         transport=httpx.MockTransport(box))
+    sender = HttpxSender(
+        "openai-chat", base_url="http://mock.local", model="gpt-4o", transport=httpx.MockTransport(box)
+    )
     archive = MemoryArchive()
     notices: Counter[str] = Counter()
 
@@ -182,9 +183,16 @@ def run_soak(user_turns: int, *, trace_from: float = 0.0) -> SoakResult:
 
     summarizer = make_summarizer(scenario.summarizer.behaviour)
     assert summarizer is not None
-    session = Session(sender, policy=scenario.apply_policy(), archive=archive, env={},
-                      summarizer=summarizer, on_event=on_event,
-                      model="gpt-4o", sleep=lambda _s: None)
+    session = Session(
+        sender,
+        policy=scenario.apply_policy(),
+        archive=archive,
+        env={},
+        summarizer=summarizer,
+        on_event=on_event,
+        model="gpt-4o",
+        sleep=lambda _s: None,
+    )
     fed: list[Message] = []
     ids: dict[str, str] = {}
     outcomes: Counter[str] = Counter()
@@ -239,9 +247,14 @@ def run_soak(user_turns: int, *, trace_from: float = 0.0) -> SoakResult:
                 fed_chars += total_weight((msg,))
             if index % every == 0 or index == len(turns) - 1:
                 point = Checkpoint(
-                    turn=index, history_weight=weight, history_messages=len(session.history), budget=budget,
-                    learned_cap=session.learned_cap, archive_entries=len(archive),
-                    archive_chars=archive.total_chars, cut_chars=max(0, fed_chars - weight),
+                    turn=index,
+                    history_weight=weight,
+                    history_messages=len(session.history),
+                    budget=budget,
+                    learned_cap=session.learned_cap,
+                    archive_entries=len(archive),
+                    archive_chars=archive.total_chars,
+                    cut_chars=max(0, fed_chars - weight),
                     elapsed_s=time.perf_counter() - started,
                 )
                 checkpoints.append(point)
@@ -251,12 +264,21 @@ def run_soak(user_turns: int, *, trace_from: float = 0.0) -> SoakResult:
     seconds = time.perf_counter() - started
     fed.extend(trailing)
     return SoakResult(
-        checkpoints=tuple(checkpoints), over_budget=tuple(over_budget), turns_at_floor=at_floor,
+        checkpoints=tuple(checkpoints),
+        over_budget=tuple(over_budget),
+        turns_at_floor=at_floor,
         fed=tuple(fed),
-        final_history=tuple(session.history), archive=archive,
-        middlebox_rejections=Counter(r.kind for r in box.rejections), provider_outcomes=outcomes,
-        notices=notices, content_blocks=content_blocks, session=session, peak_bytes=peak, held_bytes=current,
-        traced_chars=archive.total_chars + fed_chars - traced_from_chars, seconds=seconds,
+        final_history=tuple(session.history),
+        archive=archive,
+        middlebox_rejections=Counter(r.kind for r in box.rejections),
+        provider_outcomes=outcomes,
+        notices=notices,
+        content_blocks=content_blocks,
+        session=session,
+        peak_bytes=peak,
+        held_bytes=current,
+        traced_chars=archive.total_chars + fed_chars - traced_from_chars,
+        seconds=seconds,
     )
 
 
@@ -272,22 +294,28 @@ def _at_compaction_floor(history: list[Message], session: Session) -> bool:
 
 
 def _report(result: SoakResult, record_property: Callable[[str, object], None]) -> None:
-    lines = [f"{'turn':>6} {'hist':>7} {'msgs':>5} {'budget':>7} {'cap':>7} {'entries':>7} "
-             f"{'archive':>10} {'cut':>10} {'ratio':>5} {'s':>6}"]
+    lines = [
+        f"{'turn':>6} {'hist':>7} {'msgs':>5} {'budget':>7} {'cap':>7} {'entries':>7} "
+        f"{'archive':>10} {'cut':>10} {'ratio':>5} {'s':>6}"
+    ]
     for p in result.checkpoints:
         ratio = p.archive_chars / p.cut_chars if p.cut_chars else 0.0
-        lines.append(f"{p.turn:>6} {p.history_weight:>7} {p.history_messages:>5} {p.budget:>7} "
-                     f"{p.learned_cap or 0:>7} {p.archive_entries:>7} {p.archive_chars:>10} "
-                     f"{p.cut_chars:>10} "
-                     f"{ratio:>5.2f} {p.elapsed_s:>6.1f}")
+        lines.append(
+            f"{p.turn:>6} {p.history_weight:>7} {p.history_messages:>5} {p.budget:>7} "
+            f"{p.learned_cap or 0:>7} {p.archive_entries:>7} {p.archive_chars:>10} "
+            f"{p.cut_chars:>10} "
+            f"{ratio:>5.2f} {p.elapsed_s:>6.1f}"
+        )
     mib = 2**20
-    lines.append(f"tracemalloc peak {result.peak_bytes / mib:.1f} MiB, "
-                 f"held {result.held_bytes / mib:.1f} MiB "
-                 f"for {result.traced_chars / 1e6:.1f} M chars fed+archived; {result.seconds:.1f} s; "
-                 f"{result.turns_at_floor} turns at the compaction floor; "
-                 f"rejections {dict(result.middlebox_rejections)}; "
-                 f"provider {dict(result.provider_outcomes)}; notices {dict(result.notices)}; "
-                 f"content blocks {result.content_blocks}")
+    lines.append(
+        f"tracemalloc peak {result.peak_bytes / mib:.1f} MiB, "
+        f"held {result.held_bytes / mib:.1f} MiB "
+        f"for {result.traced_chars / 1e6:.1f} M chars fed+archived; {result.seconds:.1f} s; "
+        f"{result.turns_at_floor} turns at the compaction floor; "
+        f"rejections {dict(result.middlebox_rejections)}; "
+        f"provider {dict(result.provider_outcomes)}; notices {dict(result.notices)}; "
+        f"content blocks {result.content_blocks}"
+    )
     print("\n".join(lines))
     record_property("soak_checkpoints", [p.__repr__() for p in result.checkpoints])
     record_property("tracemalloc_peak_bytes", result.peak_bytes)

@@ -89,8 +89,14 @@ def _run_session(index: int, base_url: str, barrier: threading.Barrier) -> Outco
     notices: list[str] = []
     with httpx.Client(trust_env=False, timeout=30.0) as client:
         sender = RecordingSender("openai-chat", base_url=base_url, model="gpt-4o", client=client)
-        session = Session(sender, policy=DEFAULT_POLICY, archive=MemoryArchive(), env={},
-                          on_event=lambda e: notices.append(e.text), sleep=lambda _s: None)
+        session = Session(
+            sender,
+            policy=DEFAULT_POLICY,
+            archive=MemoryArchive(),
+            env={},
+            on_event=lambda e: notices.append(e.text),
+            sleep=lambda _s: None,
+        )
         fed = _history(index)
         session.extend(fed)
         fed.append(Message.user(f"session {index}: go"))
@@ -102,9 +108,14 @@ def _run_session(index: int, base_url: str, barrier: threading.Barrier) -> Outco
             session.add(msg)
             fed.extend([msg, session.complete()])
     return Outcome(
-        index=index, learned_cap=session.learned_cap, rejected=sender.rejected, accepted=sender.accepted,
-        lost=chars_lost(fed, session.history, session.archive), recoveries=session.stats.recoveries,
-        tool_limits=(session.tool_result_budget_chars, session.tool_result_max_chars), notices=notices,
+        index=index,
+        learned_cap=session.learned_cap,
+        rejected=sender.rejected,
+        accepted=sender.accepted,
+        lost=chars_lost(fed, session.history, session.archive),
+        recoveries=session.stats.recoveries,
+        tool_limits=(session.tool_result_budget_chars, session.tool_result_max_chars),
+        notices=notices,
     )
 
 

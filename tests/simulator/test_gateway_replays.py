@@ -65,8 +65,11 @@ def test_a_content_block_under_a_learned_cap_costs_one_request_and_keeps_the_cap
     blocked = [r for r in result.records if r.turn == block.turn]
     assert [r.outcome for r in blocked] == ["rejected:waf_rejection", "ok"]
     assert block.cap_before == block.cap_after == result.learned_cap is not None
-    recoveries = [e for e in result.events if e.turn == block.turn and isinstance(e.item, PreCompact)
-                  and e.item.trigger == "recovery"]
+    recoveries = [
+        e
+        for e in result.events
+        if e.turn == block.turn and isinstance(e.item, PreCompact) and e.item.trigger == "recovery"
+    ]
     assert recoveries == []  # nothing compacted for the block
     assert observed(result).content_blocks == ((block.cap_before, block.cap_after),)
     assert result.outcome == "recovered" and result.chars_lost == 0
@@ -107,8 +110,20 @@ def test_the_replay_sets_each_named_message_aside_once_then_lets_the_error_end_t
 def recorder_with_session() -> tuple[Recorder, Session]:
     provider = MockProvider("openai-chat", context_window=100_000)
     archive = CountingArchive()
-    recorder = Recorder({"run_id": "r", "transcript": "t", "transcript_sha256": "", "scenario": "s",
-                         "policy": "default", "seed": 0}, archive, provider, cap=None, on_event=None)
+    recorder = Recorder(
+        {
+            "run_id": "r",
+            "transcript": "t",
+            "transcript_sha256": "",
+            "scenario": "s",
+            "policy": "default",
+            "seed": 0,
+        },
+        archive,
+        provider,
+        cap=None,
+        on_event=None,
+    )
     session = Session(provider_sender(), archive=archive)
     recorder.attach(session)
     recorder.start_turn(0)
@@ -150,8 +165,11 @@ def test_identical_retry_sees_a_resend_that_differs_only_by_fresh_recall_keys() 
 def reject_with(recorder: Recorder, status: int, body: str, size: int) -> None:
     recorder.before_send(ChatRequest((Message.user("x"),)))
     recorder.body_chunks = [b"x" * size]
-    recorder.after_failure(SendFailed(str(status), request_bytes=size, status=status, body=body,
-                                      headers={"content-type": "text/html"}))
+    recorder.after_failure(
+        SendFailed(
+            str(status), request_bytes=size, status=status, body=body, headers={"content-type": "text/html"}
+        )
+    )
 
 
 def recover_and_accept(recorder: Recorder) -> str:
@@ -200,8 +218,10 @@ def test_every_kind_of_episode_counts_each_rejected_request(name: str) -> None:
 
     assert list(table["first_failure_kind"]) == [kind] and list(table["rejected_requests"]) == per_episode
     refused = ("rejected", "failed")
-    rejected_by_turn = [sum(1 for r in result.records if r.turn == turn and r.outcome.startswith(refused))
-                        for turn in table["turn"]]
+    rejected_by_turn = [
+        sum(1 for r in result.records if r.turn == turn and r.outcome.startswith(refused))
+        for turn in table["turn"]
+    ]
     assert rejected_by_turn == per_episode
     assert rejected_per_episode(table) == {"all": float(per_episode[0]), kind: float(per_episode[0])}
 
@@ -218,8 +238,10 @@ def test_rejected_per_episode_is_over_every_episode_and_by_first_kind() -> None:
 def test_the_max_tokens_scenario_lowers_once_and_sends_every_later_turn_lowered() -> None:
     result = run("max-tokens-over-model-cap")
 
-    assert [(r.outcome, r.max_tokens) for r in result.records[:2]] == [("rejected:output_limit", 32_000),
-                                                                     ("ok", 8_192)]
+    assert [(r.outcome, r.max_tokens) for r in result.records[:2]] == [
+        ("rejected:output_limit", 32_000),
+        ("ok", 8_192),
+    ]
     assert all(r.max_tokens == 8_192 and r.outcome == "ok" for r in result.records[1:])
     assert result.stats.compactions == 0 and result.outcome == "max_tokens_lowered"
 
@@ -250,8 +272,11 @@ def test_plant_text_goes_at_the_head_of_the_newest_message_before_that_turn() ->
 
     newest = turns[scenario.workload.plant_turn - 1].inputs[-1]
     assert newest.role == "tool" and newest.content.startswith(scenario.workload.plant_text + "\n")
-    changed = [i for i, (a, b) in enumerate(zip(original.messages, shaped.messages, strict=True))
-               if a.content != b.content]
+    changed = [
+        i
+        for i, (a, b) in enumerate(zip(original.messages, shaped.messages, strict=True))
+        if a.content != b.content
+    ]
     assert len(changed) == 2  # the system prompt padded, and the planted message
     assert sum(bool(SQL.search(m.content)) for m in shaped.messages) == 1
 
@@ -262,8 +287,15 @@ def test_a_plant_beyond_the_transcript_or_without_text_is_an_error() -> None:
     with pytest.raises(ReplayError, match="plant_turn 999 is beyond the transcript's 26 turns"):
         replay(None, beyond)
     with pytest.raises(ScenarioError, match=r"\[workload\] plant_turn needs plant_text"):
-        scenario_from_document({"description": "d", "provider": {"format": "anthropic"},
-                                "workload": {"plant_turn": 3}, "expect": {"outcome": "ok"}}, name="x")
+        scenario_from_document(
+            {
+                "description": "d",
+                "provider": {"format": "anthropic"},
+                "workload": {"plant_turn": 3},
+                "expect": {"outcome": "ok"},
+            },
+            name="x",
+        )
 
 
 @pytest.mark.parametrize("name", ["waf-content-block-under-learned-cap", "envoy-503-masks-413"])

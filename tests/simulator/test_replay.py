@@ -115,8 +115,11 @@ def test_generated_workload_is_the_chat_fixture_cut_where_the_history_reaches_it
 def test_a_workload_transcript_that_is_not_bundled_is_a_replay_error_naming_the_scenario() -> None:
     scenario = scenario_with(Workload(transcript="no-such-transcript.traj"))
 
-    with pytest.raises(ReplayError, match=rf"scenario {scenario.name!r}: \[workload\] transcript "
-                                          r"no-such-transcript.traj: no such transcript file"):
+    with pytest.raises(
+        ReplayError,
+        match=rf"scenario {scenario.name!r}: \[workload\] transcript "
+        r"no-such-transcript.traj: no such transcript file",
+    ):
         workload_transcript(scenario)
 
 
@@ -127,8 +130,14 @@ def test_an_unknown_transcript_name_is_a_replay_error_naming_it() -> None:
 
 @pytest.mark.parametrize(
     ("name", "cap"),
-    [("corporate-128k-waf", 128_000), ("nginx-1m-413", 1024 * KB), ("rst-after-256k", 256 * KB),
-     ("header-431", None), ("rate-limit-429", None), ("anthropic-200k-overflow", None)],
+    [
+        ("corporate-128k-waf", 128_000),
+        ("nginx-1m-413", 1024 * KB),
+        ("rst-after-256k", 256 * KB),
+        ("header-431", None),
+        ("rate-limit-429", None),
+        ("anthropic-200k-overflow", None),
+    ],
 )
 def test_proxy_cap_is_the_smallest_body_size_a_fault_fires_at(name: str, cap: int | None) -> None:
     assert proxy_cap(load_scenario(name)) == cap
@@ -218,7 +227,9 @@ def test_truncated_answers_are_recorded_and_escalated() -> None:
 
     first_turn = [r for r in result.records if r.turn == 0]
     assert [(r.outcome, r.max_tokens) for r in first_turn] == [
-        ("truncated", 256), ("truncated", 512), ("ok", 1024)
+        ("truncated", 256),
+        ("truncated", 512),
+        ("ok", 1024),
     ]
     assert first_turn[0].failure_kind == "output_truncated"
     assert result.outcome == "escalated" and result.divergences == 0

@@ -49,8 +49,14 @@ from simulator.transcripts.loaders import Transcript, load_transcript
 SHARED_TRANSCRIPTS = Path(__file__).parents[2] / "../shared/transcripts"
 WIDE_WINDOW = 1_000_000
 # A chat session whose history passes 1 MB (no tool results for microcompact to shrink).
-BIG_CHAT = {"seed": 1, "turns": 130, "tool_turn_ratio": 0.0, "answer_chars": 8000, "recall_every": 0,
-            "feedback_every": 0}
+BIG_CHAT = {
+    "seed": 1,
+    "turns": 130,
+    "tool_turn_ratio": 0.0,
+    "answer_chars": 8000,
+    "recall_every": 0,
+    "feedback_every": 0,
+}
 # SPEC §11: the floor diagnosis names what is over. In floor-too-big the rejected request is the
 # 142.1 KB system prompt plus a 140-byte task, so the smallest request compaction can produce is over.
 FLOOR_FAIL_PREFIX = "✖ The smallest request compaction can produce is "
@@ -99,6 +105,7 @@ CASES: dict[str, Case] = {
     "waf-content-block-set-aside-then-summarized": Case(None),
     "waf-content-rule-cut-by-size-compaction": Case(None),
 }
+
 
 def case_inputs(name: str) -> tuple[Transcript | str | None, Scenario, Policy]:
     """The transcript, scenario and policy a scenario's case replays."""
@@ -164,7 +171,9 @@ def test_rate_limit_surfaces_without_any_compaction() -> None:
 
     assert not any(isinstance(e.item, PreCompact) for e in result.events)
     assert [(r.turn, r.outcome, r.failure_kind) for r in result.records] == [
-        (0, "ok", None), (1, "ok", None), (2, "failed", "rate_limit")
+        (0, "ok", None),
+        (1, "ok", None),
+        (2, "failed", "rate_limit"),
     ]
     assert result.error is not None and "rate_limit" in result.error
     assert list(result.final_history) == list(result.conversation)
@@ -237,13 +246,13 @@ def test_max_tokens_truncation_escalates_instead_of_compacting() -> None:
 # -- falsifiable: the wrong behaviour misses each scenario's expectation ----------------------------------
 RECOVERABLE_KINDS = ("context_overflow", "payload_too_large", "waf_rejection", "suspected_payload")
 NEVER_LEARNS_A_CAP = Strategy(
-    "never-learns-a-cap", "ctxrecover whose payload rejections teach no cap (only a configured one applies).",
+    "never-learns-a-cap",
+    "ctxrecover whose payload rejections teach no cap (only a configured one applies).",
     "ablation of ctxrecover.recovery.GatewayModel's cap strategy",
     factory=lambda policy, archive, events, stats, summarizer: {
         "gateway": GatewayModel(configured_cap=policy.payload_cap, strategy="none")
     },
 )
-
 
 
 class ForgetsAcceptedSizes(GatewayModel):
@@ -297,13 +306,21 @@ def output_limit_not_understood(error: BaseException | None = None, **kwargs: An
 
 
 def _wrong_model(model: type[GatewayModel], name: str) -> Strategy:
-    return Strategy(name, model.__doc__ or name, "ablation of ctxrecover.recovery.GatewayModel (SPEC §11)",
-                    factory=lambda policy, *_: {"gateway": model.from_policy(policy)})
+    return Strategy(
+        name,
+        model.__doc__ or name,
+        "ablation of ctxrecover.recovery.GatewayModel (SPEC §11)",
+        factory=lambda policy, *_: {"gateway": model.from_policy(policy)},
+    )
 
 
 def _wrong_classifier(classifier: Callable[..., Failure], name: str) -> Strategy:
-    return Strategy(name, classifier.__doc__ or name, "ablation of ctxrecover.classify (SPEC §11)",
-                    factory=lambda *_: {"classifier": classifier})
+    return Strategy(
+        name,
+        classifier.__doc__ or name,
+        "ablation of ctxrecover.classify (SPEC §11)",
+        factory=lambda *_: {"classifier": classifier},
+    )
 
 
 CONTENT_AS_SIZE = _wrong_model(ForgetsAcceptedSizes, "content-as-size")
@@ -316,12 +333,14 @@ OUTPUT_LIMIT_UNKNOWN = _wrong_classifier(output_limit_not_understood, "output-li
 def healthy_twin(scenario: Scenario) -> Scenario:
     """``scenario`` without what makes it fail: no fault, a working summarizer, room for every prompt."""
     policy_window = dict(scenario.policy).get("context_window") or 0
-    window = max(scenario.provider.context_window, DEFAULT_CONTEXT_WINDOWS[scenario.provider.format],
-                 policy_window)
+    window = max(
+        scenario.provider.context_window, DEFAULT_CONTEXT_WINDOWS[scenario.provider.format], policy_window
+    )
     provider = dataclasses.replace(scenario.provider, context_window=window, max_output_tokens_cap=None)
     workload = dataclasses.replace(scenario.workload, max_tokens=None)
-    return dataclasses.replace(scenario, faults=(), summarizer=SummarizerSpec(), provider=provider,
-                               workload=workload)
+    return dataclasses.replace(
+        scenario, faults=(), summarizer=SummarizerSpec(), provider=provider, workload=workload
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,26 +366,51 @@ def _recovers_or_spends_attempts(scenario: Scenario) -> bool:
 
 WRONG = (
     Wrong("healthy twin", lambda scenario: True, scenario=healthy_twin),
-    Wrong("working summarizer", _summarizer_misbehaves,
-          scenario=lambda scenario: dataclasses.replace(scenario, summarizer=SummarizerSpec())),
-    Wrong("no summarizer", _summarizer_misbehaves,
-          scenario=lambda scenario: dataclasses.replace(scenario, summarizer=SummarizerSpec("none"))),
+    Wrong(
+        "working summarizer",
+        _summarizer_misbehaves,
+        scenario=lambda scenario: dataclasses.replace(scenario, summarizer=SummarizerSpec()),
+    ),
+    Wrong(
+        "no summarizer",
+        _summarizer_misbehaves,
+        scenario=lambda scenario: dataclasses.replace(scenario, summarizer=SummarizerSpec("none")),
+    ),
     Wrong("no recovery attempts", _recovers_or_spends_attempts, policy=(("max_recovery_attempts", 0),)),
     Wrong("no-recovery baseline", _recovers_or_spends_attempts, strategy=BASELINES["no-recovery"]),
-    Wrong("never learns a cap", lambda scenario: scenario.expect.cap_learned is True,
-          strategy=NEVER_LEARNS_A_CAP),
-    Wrong("no escalation", lambda scenario: scenario.expect.outcome == "escalated",
-          policy=(("max_token_escalations", 0),)),
-    Wrong("content blocks read as size limits", lambda scenario: bool(scenario.expect.content_blocks),
-          strategy=CONTENT_AS_SIZE),
+    Wrong(
+        "never learns a cap",
+        lambda scenario: scenario.expect.cap_learned is True,
+        strategy=NEVER_LEARNS_A_CAP,
+    ),
+    Wrong(
+        "no escalation",
+        lambda scenario: scenario.expect.outcome == "escalated",
+        policy=(("max_token_escalations", 0),),
+    ),
+    Wrong(
+        "content blocks read as size limits",
+        lambda scenario: bool(scenario.expect.content_blocks),
+        strategy=CONTENT_AS_SIZE,
+    ),
     Wrong("the ¾ ratchet", lambda scenario: scenario.expect.requests_over_cap is not None, strategy=RATCHET),
-    Wrong("431 read as a body limit", lambda scenario: any(isinstance(f, HeaderCap) for f in scenario.faults),
-          strategy=HEADER_AS_BODY),
-    Wrong("resets and gateway 503s only transient",
-          lambda scenario: scenario.expect.failure_kind == "transient_network"
-          and scenario.expect.outcome == "recovered", strategy=AMBIGUITY_TRANSIENT),
-    Wrong("max_tokens error not understood", lambda scenario: scenario.expect.failure_kind == "output_limit",
-          strategy=OUTPUT_LIMIT_UNKNOWN),
+    Wrong(
+        "431 read as a body limit",
+        lambda scenario: any(isinstance(f, HeaderCap) for f in scenario.faults),
+        strategy=HEADER_AS_BODY,
+    ),
+    Wrong(
+        "resets and gateway 503s only transient",
+        lambda scenario: (
+            scenario.expect.failure_kind == "transient_network" and scenario.expect.outcome == "recovered"
+        ),
+        strategy=AMBIGUITY_TRANSIENT,
+    ),
+    Wrong(
+        "max_tokens error not understood",
+        lambda scenario: scenario.expect.failure_kind == "output_limit",
+        strategy=OUTPUT_LIMIT_UNKNOWN,
+    ),
 )
 FALSIFICATIONS = [
     (name, wrong) for name in list_scenarios() for wrong in WRONG if wrong.applies(load_scenario(name))
@@ -376,12 +420,18 @@ FALSIFICATIONS = [
 @functools.cache
 def run_wrong(name: str, wrong: Wrong) -> ReplayResult:
     transcript, scenario, policy = case_inputs(name)
-    return replay(transcript, wrong.scenario(scenario), policy=policy.replace(**dict(wrong.policy)),
-                  strategy=wrong.strategy, policy_name=wrong.name)
+    return replay(
+        transcript,
+        wrong.scenario(scenario),
+        policy=policy.replace(**dict(wrong.policy)),
+        strategy=wrong.strategy,
+        policy_name=wrong.name,
+    )
 
 
-@pytest.mark.parametrize(("name", "wrong"), FALSIFICATIONS,
-                         ids=[f"{name}: {wrong.name}" for name, wrong in FALSIFICATIONS])
+@pytest.mark.parametrize(
+    ("name", "wrong"), FALSIFICATIONS, ids=[f"{name}: {wrong.name}" for name, wrong in FALSIFICATIONS]
+)
 def test_the_wrong_behaviour_misses_the_scenarios_expectation(name: str, wrong: Wrong) -> None:
     result = run_wrong(name, wrong)
 
@@ -405,8 +455,13 @@ def test_every_scenario_is_checked_against_its_healthy_twin_and_a_wrong_library_
     # there the fault itself is what the expectation must see (a header fault now has its wrong reading)
     only_the_twin = {name for name, names in applied.items() if len(names) == 1}
     assert only_the_twin == {"rate-limit-429"}
-    gateway_wrongs = {"content blocks read as size limits", "the ¾ ratchet", "431 read as a body limit",
-                      "resets and gateway 503s only transient", "max_tokens error not understood"}
+    gateway_wrongs = {
+        "content blocks read as size limits",
+        "the ¾ ratchet",
+        "431 read as a body limit",
+        "resets and gateway 503s only transient",
+        "max_tokens error not understood",
+    }
     assert gateway_wrongs <= {name for names in applied.values() for name in names}
 
 

@@ -128,8 +128,11 @@ def test_extractive_summary_is_capped_to_a_fraction_of_the_segment() -> None:
     text = "".join(f"[user]: {m.content}\n\n" for m in segment)
     summary = extractive_summary(text, fraction=0.05)
     assert len(summary) <= 0.05 * len(text)
-    assert re.findall(r"^## (.+)$", summary, re.MULTILINE) == ["Files Read", "Errors & Resolutions",
-                                                              "Current Task State"]
+    assert re.findall(r"^## (.+)$", summary, re.MULTILINE) == [
+        "Files Read",
+        "Errors & Resolutions",
+        "Current Task State",
+    ]
 
 
 def test_extractive_summary_is_deterministic_and_reads_the_segment_after_the_header() -> None:
@@ -171,7 +174,11 @@ def test_usage_is_chars_over_four_priced_per_million_tokens() -> None:
     assert result.model == "mock-claude-3-5-haiku"
     call = summarizer.calls[0]
     assert (call.prompt, call.instruction, call.timeout, call.text, call.error) == (
-        prompt, "focus on tests", 5.0, result.text, None
+        prompt,
+        "focus on tests",
+        5.0,
+        result.text,
+        None,
     )
     summarizer.summarize(prompt)
     assert summarizer.input_tokens == 2 * result.input_tokens
@@ -201,7 +208,7 @@ def test_refusing_summarizer_is_rejected_twice_by_the_gate() -> None:
     with pytest.raises(SummarizationFailed) as failed:
         summarize_with_gate(summarizer, prompt, segment_chars)
     assert failed.value.calls == 2
-    assert failed.value.rejections == ("refusal: \"I'm sorry, I cannot help with that.\"",) * 2
+    assert failed.value.rejections == ('refusal: "I\'m sorry, I cannot help with that."',) * 2
     assert failed.value.cost_usd == pytest.approx(summarizer.calls[1].cost_usd * 2)
 
 

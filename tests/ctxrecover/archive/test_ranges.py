@@ -47,8 +47,9 @@ UNKNOWN_TEXT = "[ccr:{key} — unknown or evicted: nothing is archived under thi
 def dropped_range() -> list[Message]:
     return [
         Message.user("fix the bug in ünïcode — please"),
-        Message.assistant("", tool_calls=[ToolCall("c1", "read_file", '{"path": "a.py"}'),
-                                          ToolCall("c2", "grep", "{}")]),
+        Message.assistant(
+            "", tool_calls=[ToolCall("c1", "read_file", '{"path": "a.py"}'), ToolCall("c2", "grep", "{}")]
+        ),
         Message.tool("c1", "line 1\n\n\nline 4 <<ccr:0123456789abcdef>> stays a marker"),
         Message.tool("c2", "{}"),
         Message.assistant("see the diagram", images=(Image(url="https://example.com/d.png"),)),
@@ -107,8 +108,10 @@ def test_range_recall_gives_back_the_rendered_transcript(store: Archive) -> None
     result = recall(store, f"@recall {marker(key)}")
     assert result.found == {key: render_transcript(messages)}
     assert result.missing == ()
-    assert result.text.startswith("[user]: fix the bug in ünïcode — please\n\n[assistant]: \n"
-                                  '[tool_call c1 read_file: {"path": "a.py"}]\n[tool_call c2 grep: {}]\n\n')
+    assert result.text.startswith(
+        "[user]: fix the bug in ünïcode — please\n\n[assistant]: \n"
+        '[tool_call c1 read_file: {"path": "a.py"}]\n[tool_call c2 grep: {}]\n\n'
+    )
 
 
 def test_range_entry_is_a_small_index_of_member_markers_keyed_by_its_own_sha256() -> None:

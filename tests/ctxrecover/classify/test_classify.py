@@ -972,13 +972,22 @@ def test_phrase_tables_are_lowercase_tuples() -> None:
 @pytest.mark.parametrize(
     ("body", "limit"),
     [
-        ("This model's maximum context length is 128000 tokens. However, your messages resulted in "
-         "130000 tokens.", 128_000),
+        (
+            "This model's maximum context length is 128000 tokens. However, your messages resulted in "
+            "130000 tokens.",
+            128_000,
+        ),
         ("prompt is too long: 250000 tokens > 200000 maximum", 200_000),
-        ("input length and `max_tokens` exceed context limit: 197421 + 8192 > 200000, decrease input length "
-         "or `max_tokens` and try again", 200_000),
-        ("The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).",
-         1_048_576),
+        (
+            "input length and `max_tokens` exceed context limit: 197421 + 8192 > 200000, decrease "
+            "input length "
+            "or `max_tokens` and try again",
+            200_000,
+        ),
+        (
+            "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).",
+            1_048_576,
+        ),
         ("Prompt contains 40000 tokens, too large for model with 32768 maximum context length", 32_768),
         ("ValidationException: Input is too long for requested model.", None),
     ],
@@ -993,11 +1002,21 @@ def test_overflow_states_the_window_when_the_text_does(body: str, limit: int | N
     ("body", "window", "cap"),
     [
         # Issue 11: the output budget alone fills the window; no compaction can make room: lower max_tokens.
-        ("This model's maximum context length is 8192 tokens. However, you requested 8256 tokens (64 in the "
-         "messages, 8192 in the completion).", 8_192, 8_128),
+        (
+            "This model's maximum context length is 8192 tokens. However, you requested 8256 tokens "
+            "(64 in the "
+            "messages, 8192 in the completion).",
+            8_192,
+            8_128,
+        ),
         ("input length and `max_tokens` exceed context limit: 1200 + 200000 > 200000", 200_000, 198_800),
-        ("'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum context length is "
-         "8192 tokens and your request has 5000 input tokens (4096 > 8192 - 5000)", 8_192, 3_192),
+        (
+            "'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum context "
+            "length is "
+            "8192 tokens and your request has 5000 input tokens (4096 > 8192 - 5000)",
+            8_192,
+            3_192,
+        ),
     ],
 )
 def test_an_output_budget_the_window_cannot_hold_is_an_output_limit(body: str, window: int, cap: int) -> None:

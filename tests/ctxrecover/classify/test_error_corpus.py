@@ -27,14 +27,23 @@ MIN_OVERFLOW, MIN_OVERFLOW_PROVIDERS = 60, 15
 MIN_HARD_NEGATIVES = 50
 MIN_RECALL = 0.97
 # Errors compaction must never answer: reading one as overflow/payload/WAF is a dangerous misread.
-HARD_NEGATIVE_KINDS = frozenset({
-    FailureKind.AUTH, FailureKind.RATE_LIMIT, FailureKind.BILLING, FailureKind.OUTPUT_LIMIT,
-    FailureKind.OTHER,
-})
-COMPACTING_KINDS = frozenset({
-    FailureKind.CONTEXT_OVERFLOW, FailureKind.PAYLOAD_TOO_LARGE, FailureKind.WAF_REJECTION,
-    FailureKind.SUSPECTED_PAYLOAD,
-})
+HARD_NEGATIVE_KINDS = frozenset(
+    {
+        FailureKind.AUTH,
+        FailureKind.RATE_LIMIT,
+        FailureKind.BILLING,
+        FailureKind.OUTPUT_LIMIT,
+        FailureKind.OTHER,
+    }
+)
+COMPACTING_KINDS = frozenset(
+    {
+        FailureKind.CONTEXT_OVERFLOW,
+        FailureKind.PAYLOAD_TOO_LARGE,
+        FailureKind.WAF_REJECTION,
+        FailureKind.SUSPECTED_PAYLOAD,
+    }
+)
 # Kinds read from a successful body or from the history size: the body alone always stands.
 BODY_KINDS = frozenset({FailureKind.OK, FailureKind.OUTPUT_TRUNCATED})
 

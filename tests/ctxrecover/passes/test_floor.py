@@ -62,6 +62,7 @@ def run(
 
 # -- skill aging ----------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("blocks", "chars", "expected"),
     [
@@ -182,6 +183,7 @@ def test_age_turns_must_be_positive() -> None:
 
 
 # -- skill injection ------------------------------------------------------
+
 
 def test_blocks_within_budget_are_injected_whole_in_envelopes() -> None:
     injector = SkillInjector(budget_chars=24_000)

@@ -108,7 +108,12 @@ def test_orphan_result_is_archived_first_and_a_note_with_its_marker_takes_its_pl
     archive = MemoryArchive()
     ghost = result("ghost:0", "ghost output")
     history = [
-        Message.user("go"), asst("a"), result("a"), ghost, Message.user("next"), Message.assistant("ok")
+        Message.user("go"),
+        asst("a"),
+        result("a"),
+        ghost,
+        Message.user("next"),
+        Message.assistant("ok"),
     ]
     out, report = repaired(history, archive=archive)
     assert report.orphans_removed == 1

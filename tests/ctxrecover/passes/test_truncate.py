@@ -294,7 +294,10 @@ def test_emergency_truncate_rejects_negative_keep_recent() -> None:
 def test_cap_assistant_messages_cuts_head_three_quarters_and_tail() -> None:
     long_reply = "H" * 3000 + "M" * 3000 + "T" * 3000
     history = [
-        Message.system("s"), Message.user("q"), Message.assistant(long_reply), Message.user("x" * 9000)
+        Message.system("s"),
+        Message.user("q"),
+        Message.assistant(long_reply),
+        Message.user("x" * 9000),
     ]
     snapshot = copy.deepcopy(history)
     store = MemoryArchive()
@@ -342,8 +345,7 @@ def test_keep_last_exact_note_and_user_start() -> None:
     key = report.archive_key
     assert key is not None
     note = (
-        "[full transcript of the messages dropped by context recovery recoverable via @recall "
-        f"<<ccr:{key}>>]"
+        f"[full transcript of the messages dropped by context recovery recoverable via @recall <<ccr:{key}>>]"
     )
     assert report.recall_note == note
     # last 4 non-system: user "great, now test", assistant, tool, assistant

@@ -36,8 +36,11 @@ def _history(turns: int) -> list[Message]:
     history: list[Message] = [Message.system("sys")]
     for n in range(turns):
         call = ToolCall(f"c{n}", "run", "{}")
-        history += [Message.user(f"turn {n}"), Message.assistant("", tool_calls=(call,)),
-                    Message.tool(f"c{n}", f"output {n} " * 400)]
+        history += [
+            Message.user(f"turn {n}"),
+            Message.assistant("", tool_calls=(call,)),
+            Message.tool(f"c{n}", f"output {n} " * 400),
+        ]
     return history
 
 

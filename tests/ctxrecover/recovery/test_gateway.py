@@ -46,13 +46,15 @@ REJECTED = 129_434  # the seed's 126.4 KB request
 
 
 def waf(size: int | None = None) -> Failure:
-    return classify(status=403, body=WAF_PAGE % "8a1b2c3d4e5f", headers={"content-type": "text/html"},
-                    request_bytes=size)
+    return classify(
+        status=403, body=WAF_PAGE % "8a1b2c3d4e5f", headers={"content-type": "text/html"}, request_bytes=size
+    )
 
 
 def nginx_413(size: int | None = None) -> Failure:
-    return classify(status=413, body="<html><title>413 Request Entity Too Large</title></html>",
-                    request_bytes=size)
+    return classify(
+        status=413, body="<html><title>413 Request Entity Too Large</title></html>", request_bytes=size
+    )
 
 
 def reset(size: int | None = None, history: int = 1_000) -> Failure:
@@ -61,8 +63,14 @@ def reset(size: int | None = None, history: int = 1_000) -> Failure:
     return classify(error, request_bytes=size, history_chars=history)
 
 
-def judge(model: GatewayModel, failure: Failure, size: int | None, policy: Policy = DEFAULT_POLICY,
-          body: str | None = None, history: int = 0):
+def judge(
+    model: GatewayModel,
+    failure: Failure,
+    size: int | None,
+    policy: Policy = DEFAULT_POLICY,
+    body: str | None = None,
+    history: int = 0,
+):
     return model.judge(failure, request_bytes=size, policy=policy, body=body, history_chars=history)
 
 
@@ -310,8 +318,13 @@ def test_a_reset_with_a_history_of_500_000_chars_is_size_evidence_at_once() -> N
     assert judged.verdict is Verdict.SIZE_LIMIT and judged.model.smallest_rejected == 781_000
     assert judged.failure.kind is FailureKind.SUSPECTED_PAYLOAD
     # the policy's threshold decides for the model too
-    low = judge(GatewayModel(), reset(200_000), 200_000, Policy(suspected_payload_history_chars=100_000),
-                history=150_000)
+    low = judge(
+        GatewayModel(),
+        reset(200_000),
+        200_000,
+        Policy(suspected_payload_history_chars=100_000),
+        history=150_000,
+    )
     assert low.verdict is Verdict.SIZE_LIMIT
     assert low.failure.reason_text == "suspected payload limit (large history 146.5 KB + network error)"
 

@@ -43,8 +43,9 @@ def test_marks_keep_messages_whole_for_one_attempt_and_come_off_everywhere() -> 
     h = history()
     marked, originals = mark_unproven(h, (6, 7))
     assert [m.preserve_verbatim for m in marked] == [False] * 6 + [True, True, False]
-    assert unmarked(marked, originals) == h and all(a is b for a, b in zip(unmarked(marked, originals), h,
-                                                                           strict=True))
+    assert unmarked(marked, originals) == h and all(
+        a is b for a, b in zip(unmarked(marked, originals), h, strict=True)
+    )
     assert unmarked([marked[7].replace(content="cut")], originals)[0].content == "cut"  # a changed copy stays
 
 

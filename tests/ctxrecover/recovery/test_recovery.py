@@ -182,7 +182,11 @@ def test_the_smallest_request_diagnosis_names_the_request_and_its_parts() -> Non
     assert diagnosis.fail_fast and diagnosis.over == "smallest_request" and diagnosis.over_bytes == 130_000
     assert diagnosis.notice is not None and diagnosis.notice.code == "payload_floor"
     assert diagnosis.notice.message == FLOOR_SMALLEST_FAIL % (
-        "127.0 KB", "96.1 KB", "2.0 KB", "28.9 KB", "126.4 KB"
+        "127.0 KB",
+        "96.1 KB",
+        "2.0 KB",
+        "28.9 KB",
+        "126.4 KB",
     )
 
 
@@ -388,8 +392,13 @@ def test_a_step_returning_the_wrong_shape_is_reported() -> None:
 
 def run_recover(history: list[Message], failure: Failure, attempt: int, **kw):
     return recover(
-        history, failure, attempt, ladder=kw.pop("ladder", RecoveryLadder.default()),
-        ctx=kw.pop("ctx", context()), events=kw.pop("events", EventBus()), **kw,
+        history,
+        failure,
+        attempt,
+        ladder=kw.pop("ladder", RecoveryLadder.default()),
+        ctx=kw.pop("ctx", context()),
+        events=kw.pop("events", EventBus()),
+        **kw,
     )
 
 
@@ -576,8 +585,10 @@ def test_32_concurrent_sessions_learn_their_own_caps() -> None:
             size = 400_000 + i * 1_000
             model = model.judge(payload_failure(size), request_bytes=size, policy=DEFAULT_POLICY).model
         result = run_recover(level1_history(), payload_failure(400_000 + i * 1_000), 1, payload_notice=True)
-        return model.effective_cap, result.tool_result_max_chars, sum(
-            m.content.count(PAYLOAD_MARKER) for m in result.history
+        return (
+            model.effective_cap,
+            result.tool_result_max_chars,
+            sum(m.content.count(PAYLOAD_MARKER) for m in result.history),
         )
 
     with ThreadPoolExecutor(max_workers=32) as pool:
@@ -609,8 +620,9 @@ def test_a_content_block_names_the_newest_message_of_the_conversation_never_the_
     ]
     history = [*conversation, *library]
     assert newest_conversation_message(history) == 4
-    error = content_block_error(history, "anthropic", request_bytes=900, largest_accepted=1_000, failure=None,
-                                attempts=0)
+    error = content_block_error(
+        history, "anthropic", request_bytes=900, largest_accepted=1_000, failure=None, attempts=0
+    )
     assert error.message_index == 4 and "(#4, assistant message, " in str(error)
     # Once set aside, the stub is the library's too: the next guess is the message before it.
     aside, _ = set_aside(history, 4, archive=store)

@@ -52,7 +52,10 @@ def test_applied_edits_stub_the_oldest_results_with_recallable_markers() -> None
     out, report = mirror_applied_edits(history, raw, archive=store)
     assert history == before
     assert (report.edits, report.cleared_tool_uses, report.cleared_input_tokens, report.mirrored) == (
-        1, 3, 21000, 3,
+        1,
+        3,
+        21000,
+        3,
     )
     tools = [m for m in out if m.role == "tool"]
     for i, msg in enumerate(tools[:3]):

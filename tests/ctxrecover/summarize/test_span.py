@@ -13,8 +13,9 @@ from ctxrecover.passes.truncate import VERBATIM_RESULT_HEADER, snap_to_tool_boun
 from ctxrecover.sizes import total_weight, weight
 from ctxrecover.summarize.span import EXPECTED_SUMMARY_SHARE, assemble, covered, recent_start, summary_span
 
-SUMMARY = Message.user("[STRUCTURED SUMMARY — covering 30 earlier messages]\n\nnotes", is_summary=True,
-                       summary_of=30)
+SUMMARY = Message.user(
+    "[STRUCTURED SUMMARY — covering 30 earlier messages]\n\nnotes", is_summary=True, summary_of=30
+)
 
 
 def turn(t: int, size: int = 1000) -> list[Message]:

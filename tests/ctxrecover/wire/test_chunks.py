@@ -22,8 +22,11 @@ _IDS = st.sampled_from(["c1", "c2", "c3"])
 _MESSAGES = st.one_of(
     st.builds(Message.system, _TEXT, system_parts=st.lists(_TEXT, max_size=2).map(tuple)),
     st.builds(Message.user, _TEXT),
-    st.builds(Message.assistant, _TEXT, tool_calls=st.lists(st.builds(ToolCall, _IDS, _TEXT, st.just("{}")),
-                                                            max_size=2)),
+    st.builds(
+        Message.assistant,
+        _TEXT,
+        tool_calls=st.lists(st.builds(ToolCall, _IDS, _TEXT, st.just("{}")), max_size=2),
+    ),
     st.builds(Message.tool, _IDS, _TEXT, name=st.none() | st.sampled_from(["read_file", "grep"])),
 )
 # What happens to a history between two requests of one conversation.
@@ -68,8 +71,13 @@ def _edited(history: list[Message], edit: tuple[str, Any, Any]) -> list[Message]
     tools=st.none() | st.just(TOOLS),
 )
 def test_every_body_of_a_conversation_is_encode_request_byte_for_byte(
-    fmt: WireFormat, start: list[Message], edits: list[Any], block_messages: int, block_bytes: int,
-    max_tokens: int | None, tools: Any,
+    fmt: WireFormat,
+    start: list[Message],
+    edits: list[Any],
+    block_messages: int,
+    block_bytes: int,
+    max_tokens: int | None,
+    tools: Any,
 ) -> None:
     encoder = BodyEncoder(fmt, block_messages=block_messages, block_bytes=block_bytes)
     options: dict[str, Any] = {"model": "m", "max_tokens": max_tokens, "tools": tools}
@@ -84,8 +92,15 @@ def test_every_body_of_a_conversation_is_encode_request_byte_for_byte(
 
 def test_a_repeated_message_object_and_runs_of_one_role_render_right() -> None:
     shared = Message.user("same object")
-    history = [Message.system("s"), shared, shared, Message.assistant("a"), shared, Message.system("late"),
-               Message.user("u")]
+    history = [
+        Message.system("s"),
+        shared,
+        shared,
+        Message.assistant("a"),
+        shared,
+        Message.system("late"),
+        Message.user("u"),
+    ]
     for fmt in FORMATS:
         encoder = BodyEncoder(fmt, block_messages=1)
         for end in range(len(history) + 1):

@@ -38,8 +38,19 @@ RECOVERABLE_WAF = (
     "⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) — compacting and retrying"
 )
 TINY_RUN = ("run", "--transcripts", "chat-50k", "--scenarios", "corporate-128k-waf,rate-limit-429")
-TINY_SWEEP = ("sweep", "--grid", "budget_ratio=0.5,0.75", "--scenarios", "corporate-128k-waf",
-              "--transcripts", "chat-50k", "--policies", "default,cline-drop-half", "--workers", "1")
+TINY_SWEEP = (
+    "sweep",
+    "--grid",
+    "budget_ratio=0.5,0.75",
+    "--scenarios",
+    "corporate-128k-waf",
+    "--transcripts",
+    "chat-50k",
+    "--policies",
+    "default,cline-drop-half",
+    "--workers",
+    "1",
+)
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -60,8 +71,15 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str], argv: lis
 
 
 def test_the_module_runs_as_a_program() -> None:
-    done = subprocess.run([sys.executable, "-m", "simulator", "classify", "--status", "429"], input="",
-                          capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-m", "simulator", "classify", "--status", "429"],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
 
     assert done.returncode == 0, done.stderr
     assert "kind:           rate_limit" in done.stdout
@@ -106,7 +124,9 @@ def test_run_draws_no_figure_unless_asked_and_says_how_to_draw_them(
     code, stdout, _ = run_cli(capsys, *TINY_RUN, "--out", str(out))
 
     assert code == 0 and stdout.splitlines()[-2:] == [
-        f"wrote {out}/: attempts.csv, manifest.json", f"figures: ctxsim report {out}"]
+        f"wrote {out}/: attempts.csv, manifest.json",
+        f"figures: ctxsim report {out}",
+    ]
     assert sorted(p.name for p in out.iterdir()) == ["attempts.csv", "manifest.json"]
     assert run_cli(capsys, "report", str(out))[0] == 0
     assert (out / "report" / "outcome-matrix.png").read_bytes().startswith(PNG_MAGIC)
@@ -152,9 +172,15 @@ def test_run_json_reports_every_scenario_and_run(capsys: pytest.CaptureFixture[s
     assert document["files"] == ["attempts.csv", "manifest.json"]
     waf, limit = document["scenarios"]
     assert (waf["scenario"], waf["failures_by_kind"], waf["outcomes"]) == (
-        "corporate-128k-waf", {"waf_rejection": 1}, {"recovered": 1})
+        "corporate-128k-waf",
+        {"waf_rejection": 1},
+        {"recovered": 1},
+    )
     assert (limit["expected_outcome"], limit["expectation_met"], limit["rejected_requests"]) == (
-        "no_compaction", True, 1)
+        "no_compaction",
+        True,
+        1,
+    )
     run = document["runs"][0]
     assert run["transcript"] == "chat-50k" and run["problems"] == [] and run["chars_lost"] == 0
     assert run["attempts"] == len(pd.read_csv(out / "attempts.csv").query("scenario == 'corporate-128k-waf'"))
@@ -176,8 +202,9 @@ def test_the_failures_column_counts_truncated_answers(
 
 
 def test_replay_json_holds_the_run_its_notices_and_every_attempt(capsys: pytest.CaptureFixture[str]) -> None:
-    code, stdout, _ = run_cli(capsys, "replay", "--transcript", "chat-50k", "--scenario",
-                              "corporate-128k-waf", "--json")
+    code, stdout, _ = run_cli(
+        capsys, "replay", "--transcript", "chat-50k", "--scenario", "corporate-128k-waf", "--json"
+    )
 
     document = json.loads(stdout)
     assert code == 0
@@ -197,8 +224,16 @@ def test_classify_json_is_the_failure_as_plain_values(
     document = json.loads(stdout)
     assert code == 0
     assert (document["kind"], document["recoverable"], document["status"]) == ("rate_limit", False, 429)
-    assert list(document) == ["kind", "reason", "reason_text", "provider", "status", "rejected_bytes",
-                              "recoverable", "evidence"]
+    assert list(document) == [
+        "kind",
+        "reason",
+        "reason_text",
+        "provider",
+        "status",
+        "rejected_bytes",
+        "recoverable",
+        "evidence",
+    ]
 
 
 def test_a_missing_extra_is_one_line_naming_it(
@@ -206,12 +241,15 @@ def test_a_missing_extra_is_one_line_naming_it(
 ) -> None:
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # as if the "sim" extra were not installed
 
-    code, out, err = run_cli(capsys, "run", "--scenarios", "rate-limit-429", "--no-figures",
-                             "--out", str(tmp_path / "run"))
+    code, out, err = run_cli(
+        capsys, "run", "--scenarios", "rate-limit-429", "--no-figures", "--out", str(tmp_path / "run")
+    )
 
     assert code == 2 and out == "" and "Traceback" not in err
-    assert err == ('ctxsim: error: this command needs the \'sim\' extra (tqdm is not installed): '
-                   'pip install "ctxrecover[sim]"\n')
+    assert err == (
+        "ctxsim: error: this command needs the 'sim' extra (tqdm is not installed): "
+        'pip install "ctxrecover[sim]"\n'
+    )
 
 
 def test_archived_chars_by_source_are_tabled_when_the_stats_break_them_down() -> None:
@@ -238,8 +276,9 @@ def test_run_twice_without_timing_gives_byte_identical_csvs(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     for name in ("a", "b"):
-        code, _, _ = run_cli(capsys, *TINY_RUN, "--seed", "3", "--no-timing", "--no-figures",
-                             "--out", str(tmp_path / name))
+        code, _, _ = run_cli(
+            capsys, *TINY_RUN, "--seed", "3", "--no-timing", "--no-figures", "--out", str(tmp_path / name)
+        )
         assert code == 0
 
     first = (tmp_path / "a" / "attempts.csv").read_bytes()
@@ -248,14 +287,23 @@ def test_run_twice_without_timing_gives_byte_identical_csvs(
 
 
 def test_replay_prints_the_turn_log_and_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(capsys, "replay", "--transcript", "chat-50k", "--scenario", "corporate-128k-waf",
-                           "--policy", "keep_recent=6")
+    code, out, _ = run_cli(
+        capsys,
+        "replay",
+        "--transcript",
+        "chat-50k",
+        "--scenario",
+        "corporate-128k-waf",
+        "--policy",
+        "keep_recent=6",
+    )
 
     lines = out.splitlines()
     assert code == 0
     assert f"[turn 8 · attempt 1] {RECOVERABLE_WAF}" in lines
-    assert any(line.startswith("[turn 8 · attempt 1] → ") and "rejected:waf_rejection" in line
-               for line in lines)
+    assert any(
+        line.startswith("[turn 8 · attempt 1] → ") and "rejected:waf_rejection" in line for line in lines
+    )
     assert any(line.startswith("[turn 8 · attempt 2] → ") and "recovered@L1" in line for line in lines)
     assert lines[-1].startswith("corporate-128k-waf × chat-50k: recovered (expected recovered)")
 
@@ -334,22 +382,30 @@ def bad_scenario(tmp_path: Path) -> Path:
         (["run", "--scenarios", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
         (["replay", "--scenario", "rate-limit-429", "--transcript", "{bad}"], "broken.jsonl:2:"),
         (["replay", "--scenario", "{scenario}"], "no-provider.toml: [provider] section is missing"),
-        (["replay", "--scenario", "rate-limit-429", "--transcript", "/nonexistent/t.jsonl"],
-         "/nonexistent/t.jsonl: no such transcript file"),
+        (
+            ["replay", "--scenario", "rate-limit-429", "--transcript", "/nonexistent/t.jsonl"],
+            "/nonexistent/t.jsonl: no such transcript file",
+        ),
         (["proxy", "--fault", "body-cap:big:nginx"], "limit must be a size in bytes"),
         (["proxy", "--fault", "teapot:418"], "unknown fault kind 'teapot'"),
         (["proxy", "--listen", "example.com:80"], "LoopbackServer binds loopback addresses only"),
         (["run", "--policy", "keep_recent=lots"], "--policy field keep_recent: expected an integer"),
         (["classify", "/nonexistent/body.txt"], "/nonexistent/body.txt: cannot read"),
-        (["run", "--scenarios", "rate-limit-429", "--transcripts", "chat-50k", "--out", "{bad}"],
-         "broken.jsonl: cannot write the run directory"),
+        (
+            ["run", "--scenarios", "rate-limit-429", "--transcripts", "chat-50k", "--out", "{bad}"],
+            "broken.jsonl: cannot write the run directory",
+        ),
         (["generate", "--turns", "0", "--out", "x.jsonl"], "argument --turns: expected a positive integer"),
-        (["replay", "--scenario", "rate-limit-429", "--transport", "pigeon"],
-         "argument --transport: invalid choice"),
+        (
+            ["replay", "--scenario", "rate-limit-429", "--transport", "pigeon"],
+            "argument --transport: invalid choice",
+        ),
         (["sweep", "--grid", "budgetratio=0.5"], "--grid 'budgetratio' is not a Policy field; valid fields:"),
         (["sweep", "--grid", "budget_ratio=0.5,lots"], "--grid field budget_ratio: expected a number"),
-        (["sweep", "--grid", "budget_ratio=1.5", "--scenarios", "rate-limit-429"],
-         "Policy.budget_ratio must be a fraction in (0, 1]"),
+        (
+            ["sweep", "--grid", "budget_ratio=1.5", "--scenarios", "rate-limit-429"],
+            "Policy.budget_ratio must be a fraction in (0, 1]",
+        ),
         (["sweep", "--grid", "budget_ratio"], "--grid 'budget_ratio': expected NAME=V1,V2,..."),
         (["sweep", "--grid", "keep_recent=4", "--grid", "keep_recent=6"], "--grid keep_recent is given"),
         (["sweep", "--grid", "budget_ratio=0.4..0.8"], "ranges need a random search"),
@@ -376,8 +432,17 @@ def test_bad_input_gives_one_error_line_and_exit_code_2(
 
 
 def test_classify_reads_a_file_with_status_and_headers(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(capsys, "classify", str(PAGES / "403-cloudflare.html"), "--status", "403",
-                           "--header", "content-type: text/html", "--request-bytes", "262144")
+    code, out, _ = run_cli(
+        capsys,
+        "classify",
+        str(PAGES / "403-cloudflare.html"),
+        "--status",
+        "403",
+        "--header",
+        "content-type: text/html",
+        "--request-bytes",
+        "262144",
+    )
 
     fields = dict(line.split(":", 1) for line in out.splitlines())
     assert code == 0
@@ -387,8 +452,10 @@ def test_classify_reads_a_file_with_status_and_headers(capsys: pytest.CaptureFix
 
 
 def test_classify_reads_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    body = '{"type": "error", "error": {"type": "invalid_request_error", ' \
-           '"message": "prompt is too long: 210000 tokens > 200000 maximum"}}'
+    body = (
+        '{"type": "error", "error": {"type": "invalid_request_error", '
+        '"message": "prompt is too long: 210000 tokens > 200000 maximum"}}'
+    )
     monkeypatch.setattr(sys, "stdin", io.StringIO(body))
 
     code, out, _ = run_cli(capsys, "classify", "-", "--status", "400")
@@ -435,14 +502,26 @@ def proxy_in_thread(argv: list[str]) -> tuple[threading.Thread, list[int]]:
 
 
 def anthropic_body(text: str) -> bytes:
-    return json.dumps({"model": "claude-sonnet-4", "max_tokens": 64,
-                       "messages": [{"role": "user", "content": text}]}).encode()
+    return json.dumps(
+        {"model": "claude-sonnet-4", "max_tokens": 64, "messages": [{"role": "user", "content": text}]}
+    ).encode()
 
 
 def test_proxy_serves_requests_through_its_faults_until_time_out(capsys: pytest.CaptureFixture[str]) -> None:
     port = free_port()
-    thread, codes = proxy_in_thread(["proxy", "--listen", f"127.0.0.1:{port}", "--upstream", "mock:anthropic",
-                                     "--fault", "body-cap:2KB:nginx", "--max-seconds", "1.5"])
+    thread, codes = proxy_in_thread(
+        [
+            "proxy",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--upstream",
+            "mock:anthropic",
+            "--fault",
+            "body-cap:2KB:nginx",
+            "--max-seconds",
+            "1.5",
+        ]
+    )
     url = f"http://127.0.0.1:{port}/v1/messages"
 
     answered, capped = post(url, anthropic_body("hi")), post(url, anthropic_body("x" * 4096))
@@ -461,8 +540,9 @@ def test_proxy_relays_to_a_real_upstream_url(capsys: pytest.CaptureFixture[str])
     provider = MockProvider("anthropic", context_window=200_000, script=["from upstream"])
     with LoopbackServer(provider) as upstream:
         port, upstream_url = free_port(), upstream.base_url
-        thread, codes = proxy_in_thread(["proxy", "--listen", f"127.0.0.1:{port}", "--upstream",
-                                         upstream_url, "--max-seconds", "1"])
+        thread, codes = proxy_in_thread(
+            ["proxy", "--listen", f"127.0.0.1:{port}", "--upstream", upstream_url, "--max-seconds", "1"]
+        )
 
         answer = post(f"http://127.0.0.1:{port}/v1/messages", anthropic_body("hi"))
         thread.join(timeout=10)
@@ -473,15 +553,18 @@ def test_proxy_relays_to_a_real_upstream_url(capsys: pytest.CaptureFixture[str])
     assert f"→ {upstream_url}" in out and "→ forwarded 200" in out
 
 
-@pytest.mark.parametrize(("parse", "text", "message"), [
-    (positive_int_arg, "0", "expected a positive integer, got '0'"),
-    (positive_int_arg, "two", "expected a positive integer, got 'two'"),
-    (seed_arg, "-1", "expected an integer >= 0, got '-1'"),
-    (seed_arg, "1.5", "expected an integer >= 0, got '1.5'"),
-    (seconds_arg, "0", "expected a number of seconds > 0, got '0'"),
-    (seconds_arg, "nan", "expected a number of seconds > 0, got 'nan'"),
-    (seconds_arg, "soon", "expected a number of seconds > 0, got 'soon'"),
-])
+@pytest.mark.parametrize(
+    ("parse", "text", "message"),
+    [
+        (positive_int_arg, "0", "expected a positive integer, got '0'"),
+        (positive_int_arg, "two", "expected a positive integer, got 'two'"),
+        (seed_arg, "-1", "expected an integer >= 0, got '-1'"),
+        (seed_arg, "1.5", "expected an integer >= 0, got '1.5'"),
+        (seconds_arg, "0", "expected a number of seconds > 0, got '0'"),
+        (seconds_arg, "nan", "expected a number of seconds > 0, got 'nan'"),
+        (seconds_arg, "soon", "expected a number of seconds > 0, got 'soon'"),
+    ],
+)
 def test_numeric_options_refuse_bad_values_naming_what_they_expect(
     parse: Callable[[str], float], text: str, message: str
 ) -> None:

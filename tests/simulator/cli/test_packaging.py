@@ -31,7 +31,10 @@ def test_a_checkout_reads_its_own_fixtures_folder() -> None:
     assert data_root() == ROOT / "fixtures"
     assert all(data_dir(kind) == ROOT / "fixtures" / kind for kind in DATA_KINDS)
     assert (SCENARIOS_DIR, PAGES_DIR, FIXTURE_TRANSCRIPTS_DIR) == (
-        data_dir("scenarios"), data_dir("pages"), data_dir("transcripts"))
+        data_dir("scenarios"),
+        data_dir("pages"),
+        data_dir("transcripts"),
+    )
     with pytest.raises(ValueError, match="unknown data folder 'logs'"):
         data_dir("logs")
 
@@ -57,8 +60,9 @@ def fake_install(site: Path, *, with_data: bool) -> Path:
 
 def run_python(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(site)}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def test_an_installed_package_finds_its_packaged_data_from_any_directory(tmp_path: Path) -> None:
@@ -70,8 +74,9 @@ def test_an_installed_package_finds_its_packaged_data_from_any_directory(tmp_pat
     assert found.returncode == 0, found.stderr
     assert Path(found.stdout.strip()) == site / "simulator" / "_data" / "fixtures"
 
-    replayed = run_python(site, elsewhere, "-m", "simulator", "replay", "--scenario", "rate-limit-429",
-                          "--json")
+    replayed = run_python(
+        site, elsewhere, "-m", "simulator", "replay", "--scenario", "rate-limit-429", "--json"
+    )
     assert replayed.returncode == 0, replayed.stderr
     run = json.loads(replayed.stdout)["run"]
     assert (run["outcome"], run["transcript"]) == ("no_compaction", "swe-agent-fc-ledgerline")

@@ -58,8 +58,9 @@ class Running:
         self.port = free_port()
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         command = [sys.executable, "-m", "simulator", "proxy", "--listen", f"127.0.0.1:{self.port}", *argv]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                        env=env, cwd=REPO)
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO
+        )
         wait_until_up(self.port, self.process)
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -86,8 +87,10 @@ def anthropic_body(text: str = "hi") -> dict[str, object]:
 
 # -- the admin API and ctxsim fault ---------------------------------------------------------------
 
-def test_faults_change_on_a_running_proxy_through_ctxsim_fault(capsys: pytest.CaptureFixture[str],
-                                                               running: list[Running]) -> None:
+
+def test_faults_change_on_a_running_proxy_through_ctxsim_fault(
+    capsys: pytest.CaptureFixture[str], running: list[Running]
+) -> None:
     admin_port = free_port()
     proxy = Running("--upstream", "mock:anthropic", "--admin", f"127.0.0.1:{admin_port}")
     running.append(proxy)
@@ -98,8 +101,22 @@ def test_faults_change_on_a_running_proxy_through_ctxsim_fault(capsys: pytest.Ca
     assert main(["fault", "add", "waf", "body-cap:128KB:waf-403-html", "--admin", admin]) == 0
     blocked = httpx.post(url, json=anthropic_body("x" * 200 * KB), trust_env=False)
     assert main(["fault", "list", "--admin", admin]) == 0
-    assert main(["fault", "add", "waf", "body-cap:1MB:waf-403-html", "--replace", "--toxicity", "1",
-                 "--admin", "http://" + admin]) == 0
+    assert (
+        main(
+            [
+                "fault",
+                "add",
+                "waf",
+                "body-cap:1MB:waf-403-html",
+                "--replace",
+                "--toxicity",
+                "1",
+                "--admin",
+                "http://" + admin,
+            ]
+        )
+        == 0
+    )
     assert main(["fault", "remove", "waf", "--admin", admin]) == 0
     after = httpx.post(url, json=anthropic_body("x" * 200 * KB), trust_env=False)
     assert main(["fault", "reset", "--admin", admin]) == 0
@@ -114,26 +131,37 @@ def test_faults_change_on_a_running_proxy_through_ctxsim_fault(capsys: pytest.Ca
     assert "→ responded 403 [waf]" in out
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["fault", "list", "--admin", "127.0.0.1:{dead}"],
-     "cannot reach the admin API at http://127.0.0.1:{dead}"),
-    (["fault", "list"], "--admin is missing: give the proxy's admin address"),
-    (["proxy", "--admin", "10.0.0.1:8475"],
-     "--admin '10.0.0.1:8475': the admin API binds loopback addresses only"),
-    (["proxy", "--listen", "0.0.0.0:8080"], "LoopbackServer binds loopback addresses only"),
-    (["proxy", "--listen", "127.0.0.1:{busy}"],
-     "cannot listen: LoopbackServer could not start on 127.0.0.1:{busy}"),
-    (["proxy", "--scenario", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
-    (["proxy", "--log-json", "/nonexistent/dir/log.jsonl", "--max-seconds", "1"],
-     "--log-json /nonexistent/dir/log.jsonl: cannot write"),
-    (["infer", "/nonexistent/record.jsonl"], "/nonexistent/record.jsonl: cannot read the record file"),
-    (["probe", "ftp://gateway"], "probe URL 'ftp://gateway': expected an http(s):// URL"),
-    (["probe", "http://127.0.0.1:{dead}/v1/chat/completions"], "cannot reach http://127.0.0.1:{dead}"),
-    (["fault", "add", "x", "teapot:418", "--admin", "127.0.0.1:{dead}"], "cannot reach the admin API"),
-])
-def test_bad_input_is_one_error_line_never_a_traceback(capsys: pytest.CaptureFixture[str],
-                                                       monkeypatch: pytest.MonkeyPatch, argv: list[str],
-                                                       message: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["fault", "list", "--admin", "127.0.0.1:{dead}"],
+            "cannot reach the admin API at http://127.0.0.1:{dead}",
+        ),
+        (["fault", "list"], "--admin is missing: give the proxy's admin address"),
+        (
+            ["proxy", "--admin", "10.0.0.1:8475"],
+            "--admin '10.0.0.1:8475': the admin API binds loopback addresses only",
+        ),
+        (["proxy", "--listen", "0.0.0.0:8080"], "LoopbackServer binds loopback addresses only"),
+        (
+            ["proxy", "--listen", "127.0.0.1:{busy}"],
+            "cannot listen: LoopbackServer could not start on 127.0.0.1:{busy}",
+        ),
+        (["proxy", "--scenario", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
+        (
+            ["proxy", "--log-json", "/nonexistent/dir/log.jsonl", "--max-seconds", "1"],
+            "--log-json /nonexistent/dir/log.jsonl: cannot write",
+        ),
+        (["infer", "/nonexistent/record.jsonl"], "/nonexistent/record.jsonl: cannot read the record file"),
+        (["probe", "ftp://gateway"], "probe URL 'ftp://gateway': expected an http(s):// URL"),
+        (["probe", "http://127.0.0.1:{dead}/v1/chat/completions"], "cannot reach http://127.0.0.1:{dead}"),
+        (["fault", "add", "x", "teapot:418", "--admin", "127.0.0.1:{dead}"], "cannot reach the admin API"),
+    ],
+)
+def test_bad_input_is_one_error_line_never_a_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str
+) -> None:
     monkeypatch.delenv("CTXSIM_ADMIN", raising=False)
     dead = free_port()
     with socket.socket() as busy_socket:
@@ -148,8 +176,9 @@ def test_bad_input_is_one_error_line_never_a_traceback(capsys: pytest.CaptureFix
     assert "Traceback" not in err
 
 
-def test_the_admin_api_refusal_reaches_the_command_line(capsys: pytest.CaptureFixture[str],
-                                                        running: list[Running]) -> None:
+def test_the_admin_api_refusal_reaches_the_command_line(
+    capsys: pytest.CaptureFixture[str], running: list[Running]
+) -> None:
     admin_port = free_port()
     proxy = Running("--admin", f"127.0.0.1:{admin_port}")
     running.append(proxy)
@@ -158,16 +187,27 @@ def test_the_admin_api_refusal_reaches_the_command_line(capsys: pytest.CaptureFi
     proxy.stop()
     err = capsys.readouterr().err
     assert code == 2
-    assert ("ctxsim: error: the admin API refused POST /faults: fault spec 'teapot:418': unknown fault kind"
-            in err)
+    assert (
+        "ctxsim: error: the admin API refused POST /faults: fault spec 'teapot:418': unknown fault kind"
+        in err
+    )
 
 
 # -- the JSON log, the record, a scenario ------------------------------------------------------------
 
+
 def test_the_json_log_has_one_redacted_line_per_request(tmp_path: Path, running: list[Running]) -> None:
     log = tmp_path / "log.jsonl"
-    proxy = Running("--upstream", "mock:gemini", "--fault", "latency:0.01", "--fault", "body-cap:1KB",
-                    "--log-json", str(log))
+    proxy = Running(
+        "--upstream",
+        "mock:gemini",
+        "--fault",
+        "latency:0.01",
+        "--fault",
+        "body-cap:1KB",
+        "--log-json",
+        str(log),
+    )
     running.append(proxy)
     body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
     path = f"/v1beta/models/gemini-2.5-pro:generateContent?key={SECRET}"
@@ -179,23 +219,37 @@ def test_the_json_log_has_one_redacted_line_per_request(tmp_path: Path, running:
     assert (ok.status_code, capped.status_code) == (200, 413)
     assert SECRET not in out and SECRET not in log.read_text()
     assert [(e["turn"], e["outcome"], e["status"], e["fault_name"]) for e in lines] == [
-        (1, "answered", 200, "latency"), (2, "responded", 413, "body-cap,latency")]
+        (1, "answered", 200, "latency"),
+        (2, "responded", 413, "body-cap,latency"),
+    ]
     assert lines[0]["path"] == "/v1beta/models/gemini-2.5-pro:generateContent?key=[redacted]"
     assert lines[1]["content_length"] == 2 * KB and lines[0]["elapsed_ms"] >= 10
-    assert set(lines[0]) >= {"time", "turn", "body_bytes", "response_bytes", "elapsed_ms", "upstream_ms",
-                             "fault"}
+    assert set(lines[0]) >= {
+        "time",
+        "turn",
+        "body_bytes",
+        "response_bytes",
+        "elapsed_ms",
+        "upstream_ms",
+        "fault",
+    }
 
 
-def test_record_then_infer_writes_a_scenario_that_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                        running: list[Running]) -> None:
+def test_record_then_infer_writes_a_scenario_that_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], running: list[Running]
+) -> None:
     record, scenario = tmp_path / "gateway.jsonl", tmp_path / "gateway.toml"
     box = Middlebox(MockProvider("anthropic", context_window=10_000_000), [BodyCap(limit=100 * KB)])
     with LoopbackServer(box) as gateway:
         proxy = Running("--upstream", gateway.base_url, "--record", str(record))
         running.append(proxy)
         for size in (10, 50, 90, 150, 400):
-            httpx.post(proxy.url + "/v1/messages", json=anthropic_body("x" * size * KB),
-                       headers={"x-api-key": SECRET}, trust_env=False)
+            httpx.post(
+                proxy.url + "/v1/messages",
+                json=anthropic_body("x" * size * KB),
+                headers={"x-api-key": SECRET},
+                trust_env=False,
+            )
         assert proxy.stop()[0] == 0
     assert main(["infer", str(record), "--out", str(scenario)]) == 0
     out = capsys.readouterr().out
@@ -220,10 +274,14 @@ def test_mock_openai_answers_the_model_list_and_both_apis(running: list[Running]
     proxy = Running()
     running.append(proxy)
     models = httpx.get(proxy.url + "/v1/models", trust_env=False).json()
-    chat = httpx.post(proxy.url + "/v1/chat/completions", trust_env=False,
-                      json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
-    responses = httpx.post(proxy.url + "/v1/responses", json={"model": "gpt-4o", "input": "hi"},
-                           trust_env=False)
+    chat = httpx.post(
+        proxy.url + "/v1/chat/completions",
+        trust_env=False,
+        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    responses = httpx.post(
+        proxy.url + "/v1/responses", json={"model": "gpt-4o", "input": "hi"}, trust_env=False
+    )
     code, out, _ = proxy.stop()
     assert code == 0
     assert "gpt-4o" in [m["id"] for m in models["data"]]
@@ -233,11 +291,24 @@ def test_mock_openai_answers_the_model_list_and_both_apis(running: list[Running]
 
 # -- probe -------------------------------------------------------------------------------------------
 
+
 def test_probe_reports_the_cap_of_a_gateway(capsys: pytest.CaptureFixture[str]) -> None:
     box = Middlebox(MockProvider("openai-chat", context_window=10_000_000), [BodyCap(limit=200_000)])
     with LoopbackServer(box) as gateway:
-        code = main(["probe", gateway.base_url, "--min", "1KB", "--max", "1MB", "--resolution", "1KB",
-                     "--header", f"authorization: Bearer {SECRET}"])
+        code = main(
+            [
+                "probe",
+                gateway.base_url,
+                "--min",
+                "1KB",
+                "--max",
+                "1MB",
+                "--resolution",
+                "1KB",
+                "--header",
+                f"authorization: Bearer {SECRET}",
+            ]
+        )
     out = capsys.readouterr().out
     assert code == 0 and SECRET not in out
     assert "at most 10 requests" in out and "— refused" in out and "— passed" in out
@@ -250,11 +321,18 @@ def test_probe_reports_the_cap_of_a_gateway(capsys: pytest.CaptureFixture[str]) 
 
 # -- SIGTERM -----------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def proxy_process() -> Iterator[subprocess.Popen[str]]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen([sys.executable, "-m", "simulator", "proxy", "--listen", "127.0.0.1:0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "simulator", "proxy", "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     yield process
     if process.poll() is None:
         process.kill()
@@ -262,14 +340,18 @@ def proxy_process() -> Iterator[subprocess.Popen[str]]:
 
 
 def test_sigterm_stops_the_proxy_with_its_summary_and_exit_code_0(
-        proxy_process: subprocess.Popen[str]) -> None:
+    proxy_process: subprocess.Popen[str],
+) -> None:
     assert proxy_process.stdout is not None
     first = proxy_process.stdout.readline()
     url = first.split(" listening on ")[1].split(" ")[0]
     while "stop with Ctrl-C or SIGTERM" not in proxy_process.stdout.readline():
         pass
-    answer = httpx.post(url + "/v1/chat/completions", trust_env=False,
-                        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+    answer = httpx.post(
+        url + "/v1/chat/completions",
+        trust_env=False,
+        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+    )
     proxy_process.send_signal(signal.SIGTERM)
     out, err = proxy_process.communicate(timeout=20)
     assert answer.status_code == 200

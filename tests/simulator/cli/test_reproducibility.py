@@ -23,8 +23,17 @@ SCENARIOS = ("corporate-128k-waf", "openai-128k-overflow")
 SEED = 7
 # The run summary columns a report's runs table must give back exactly as the replay computed them.
 SUMMARY_NUMBERS = (
-    "turns", "attempts", "recovered_episodes", "failed_episodes", "rejected_requests", "wasted_retries",
-    "wire_bytes", "summarizer_calls", "chars_archived", "chars_lost", "cache_rebuilds",
+    "turns",
+    "attempts",
+    "recovered_episodes",
+    "failed_episodes",
+    "rejected_requests",
+    "wasted_retries",
+    "wire_bytes",
+    "summarizer_calls",
+    "chars_archived",
+    "chars_lost",
+    "cache_rebuilds",
 )
 SUMMARY_FLOATS = ("summarizer_cost_usd", "cache_adjusted_cost_usd", "fact_survival")
 
@@ -72,8 +81,9 @@ def test_the_timing_column_is_the_only_one_left_out(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run") / "run"
-    code = main(["run", "--scenarios", ",".join(SCENARIOS), "--seed", str(SEED), "--out", str(out),
-                 "--no-timing"])
+    code = main(
+        ["run", "--scenarios", ",".join(SCENARIOS), "--seed", str(SEED), "--out", str(out), "--no-timing"]
+    )
     assert code == 0
     return out
 
@@ -127,14 +137,21 @@ def test_the_regenerated_comparison_table_matches_the_replays(run_dir: Path, tmp
 
     expected = comparison_table(pd.DataFrame([result.summary for result in replays()]))
     assert list(regenerated.index) == [("default", scenario) for scenario in SCENARIOS]
-    pd.testing.assert_frame_equal(regenerated, expected.astype(regenerated.dtypes.to_dict()),
-                                  check_dtype=False, check_index_type=False)
+    pd.testing.assert_frame_equal(
+        regenerated, expected.astype(regenerated.dtypes.to_dict()), check_dtype=False, check_index_type=False
+    )
 
 
 def test_a_sweep_directory_regenerates_the_report_the_sweep_wrote(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    sweep(grid={"keep_recent": [4, 8]}, scenarios=["openai-128k-overflow"], seeds=(SEED,), workers=1,
-          out_dir=out, progress=False)
+    sweep(
+        grid={"keep_recent": [4, 8]},
+        scenarios=["openai-128k-overflow"],
+        seeds=(SEED,),
+        workers=1,
+        out_dir=out,
+        progress=False,
+    )
     original = {path.name: path.read_bytes() for path in (out / REPORT_DIR).iterdir()}
 
     regenerated = {path.name: path.read_bytes() for path in write_report(out, out_dir=tmp_path / "again")}

@@ -22,8 +22,9 @@ SEPARATORS = st.sampled_from([(",", ":"), (", ", ": "), (",", ": ")])
 def _body(
     messages: list[object], extra: dict[str, object], separators: tuple[str, str], ascii_: bool
 ) -> bytes:
-    return json.dumps({"model": "m", "messages": messages, **extra}, separators=separators,
-                      ensure_ascii=ascii_).encode()
+    return json.dumps(
+        {"model": "m", "messages": messages, **extra}, separators=separators, ensure_ascii=ascii_
+    ).encode()
 
 
 @settings(max_examples=150, deadline=None)
@@ -35,8 +36,11 @@ def _body(
     st.booleans(),
 )
 def test_successive_bodies_decode_as_json_loads(
-    start: list[object], edits: list[tuple[int, list[object]]], extra: dict[str, object],
-    separators: tuple[str, str], ascii_: bool,
+    start: list[object],
+    edits: list[tuple[int, list[object]]],
+    extra: dict[str, object],
+    separators: tuple[str, str],
+    ascii_: bool,
 ) -> None:
     decoder = PrefixDecoder()
     messages = list(start)
@@ -59,15 +63,18 @@ def test_an_unchanged_prefix_is_reused_not_decoded_again() -> None:
     assert decoder.reused == 0  # the offsets after the edit moved: nothing matched
 
 
-@pytest.mark.parametrize("raw", [
-    b'{"messages":[{"role":"user"}',            # truncated
-    b'{"messages":[1,]}',                       # trailing comma
-    b'{"messages":[1]} x',                      # trailing data
-    b'{"a":"\xff"}',                            # not UTF-8
-    b'{"a":"\x01"}',                            # control character in a string
-    b'[1, 2]',                                  # not an object
-    b'{"messages":[12]}',                       # a number whose text grows below
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"messages":[{"role":"user"}',  # truncated
+        b'{"messages":[1,]}',  # trailing comma
+        b'{"messages":[1]} x',  # trailing data
+        b'{"a":"\xff"}',  # not UTF-8
+        b'{"a":"\x01"}',  # control character in a string
+        b"[1, 2]",  # not an object
+        b'{"messages":[12]}',  # a number whose text grows below
+    ],
+)
 def test_bad_or_unusual_bodies_raise_or_return_as_json_loads(raw: bytes) -> None:
     decoder = PrefixDecoder()
     decoder.loads(b'{"messages":[1]}')
@@ -103,13 +110,18 @@ def test_openai_chat_analysis_resumes_after_the_very_messages_it_saw_last() -> N
     from simulator.providers.wire import Invalid
 
     call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
-    prefix = [_CountingDict(role="user", content="read it"),
-              _CountingDict(role="assistant", content=None, tool_calls=[call])]
+    prefix = [
+        _CountingDict(role="user", content="read it"),
+        _CountingDict(role="assistant", content=None, tool_calls=[call]),
+    ]
     wire = OpenAIChatWire()
     with pytest.raises(Invalid):  # the call is still unanswered: rejected, but the walk is kept
         _tally(wire, {"model": "m", "messages": prefix})
-    resent = [*prefix, {"role": "tool", "tool_call_id": "c1", "content": "data"},
-              {"role": "image", "content": "x"}]
+    resent = [
+        *prefix,
+        {"role": "tool", "tool_call_id": "c1", "content": "data"},
+        {"role": "image", "content": "x"},
+    ]
     _CountingDict.reads = 0
     with pytest.raises(Invalid) as resumed:
         _tally(wire, {"model": "m", "messages": resent})
@@ -119,5 +131,6 @@ def test_openai_chat_analysis_resumes_after_the_very_messages_it_saw_last() -> N
     assert (resumed.value.message, resumed.value.param) == (fresh.value.message, fresh.value.param)
     answered = resent[:3]
     assert _tally(wire, {"model": "m", "messages": answered}) == _tally(
-        OpenAIChatWire(), {"model": "m", "messages": json.loads(json.dumps(answered))})
+        OpenAIChatWire(), {"model": "m", "messages": json.loads(json.dumps(answered))}
+    )
     assert _CountingDict.reads == 0

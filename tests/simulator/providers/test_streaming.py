@@ -47,13 +47,21 @@ def post(handler: Any, path: str, body: dict[str, Any]) -> httpx.Response:
 
 # -- the event sequences, checked against the non-streamed reply ---------------------------
 
+
 def test_openai_chat_stream_reassembles_to_the_plain_reply_and_ends_with_done() -> None:
-    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}],
-            "stream_options": {"include_usage": True}}
-    plain = post(MockProvider("openai-chat", context_window=10_000, script=[LONG_TEXT]),
-                 "/v1/chat/completions", body).json()
-    streamed = post(MockProvider("openai-chat", context_window=10_000, script=[LONG_TEXT]),
-                    "/v1/chat/completions", {**body, "stream": True})
+    body = {
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream_options": {"include_usage": True},
+    }
+    plain = post(
+        MockProvider("openai-chat", context_window=10_000, script=[LONG_TEXT]), "/v1/chat/completions", body
+    ).json()
+    streamed = post(
+        MockProvider("openai-chat", context_window=10_000, script=[LONG_TEXT]),
+        "/v1/chat/completions",
+        {**body, "stream": True},
+    )
     events = sse_data(streamed.text)
     assert events[-1] == (None, "[DONE]")
     chunks = [json.loads(data) for _, data in events[:-1]]
@@ -70,30 +78,42 @@ def test_openai_chat_stream_reassembles_to_the_plain_reply_and_ends_with_done() 
 
 def test_openai_chat_stream_has_no_usage_chunk_unless_asked() -> None:
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    events = sse_data(post(MockProvider("openai-chat", context_window=10_000), "/v1/chat/completions",
-                           body).text)
+    events = sse_data(
+        post(MockProvider("openai-chat", context_window=10_000), "/v1/chat/completions", body).text
+    )
     assert all("usage" not in json.loads(data) for _, data in events[:-1])
 
 
-@pytest.mark.parametrize(("fmt", "path", "stream_body"), [
-    ("openai-chat", "/v1/chat/completions", {"stream": True}),
-    ("openai-responses", "/v1/responses", {"stream": True}),
-    ("anthropic", "/v1/messages", {"stream": True}),
-])
+@pytest.mark.parametrize(
+    ("fmt", "path", "stream_body"),
+    [
+        ("openai-chat", "/v1/chat/completions", {"stream": True}),
+        ("openai-responses", "/v1/responses", {"stream": True}),
+        ("anthropic", "/v1/messages", {"stream": True}),
+    ],
+)
 def test_tool_call_arguments_stream_in_pieces_that_join_to_the_plain_arguments(
-        fmt: str, path: str, stream_body: dict[str, Any]) -> None:
+    fmt: str, path: str, stream_body: dict[str, Any]
+) -> None:
     bodies = {
         "openai-chat": {"model": "gpt-4o", "messages": [{"role": "user", "content": "read"}]},
         "openai-responses": {"model": "gpt-4o", "input": "read"},
-        "anthropic": {"model": "claude-sonnet-4", "max_tokens": 256,
-                      "messages": [{"role": "user", "content": "read"}]},
+        "anthropic": {
+            "model": "claude-sonnet-4",
+            "max_tokens": 256,
+            "messages": [{"role": "user", "content": "read"}],
+        },
     }
     provider = MockProvider(fmt, context_window=10_000, script=[Reply("", (CALL,))])
     text = post(provider, path, {**bodies[fmt], **stream_body}).text
     payloads = [json.loads(data) for _, data in sse_data(text) if data != "[DONE]"]
     if fmt == "openai-chat":
-        pieces = [tc["function"].get("arguments", "") for p in payloads if p["choices"]
-                  for tc in p["choices"][0]["delta"].get("tool_calls", [])]
+        pieces = [
+            tc["function"].get("arguments", "")
+            for p in payloads
+            if p["choices"]
+            for tc in p["choices"][0]["delta"].get("tool_calls", [])
+        ]
         assert payloads[-1]["choices"][0]["finish_reason"] == "tool_calls"
         assert json.loads("".join(pieces)) == json.loads(CALL.arguments)
     elif fmt == "openai-responses":
@@ -108,8 +128,10 @@ def test_tool_call_arguments_stream_in_pieces_that_join_to_the_plain_arguments(
 
 
 def test_gemini_streams_sse_chunks_with_alt_sse_and_a_json_array_without() -> None:
-    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
-            "generationConfig": {"maxOutputTokens": 20}}
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+        "generationConfig": {"maxOutputTokens": 20},
+    }
     provider = MockProvider("gemini", context_window=10_000, script=[LONG_TEXT, LONG_TEXT])
     sse = post(provider, GEMINI_PATH + "?alt=sse", body)
     assert sse.headers["content-type"] == "text/event-stream; charset=utf-8"
@@ -151,7 +173,7 @@ def test_an_eventstream_frame_has_valid_lengths_and_checksums() -> None:
     assert total == len(frame)
     assert struct.unpack("!I", frame[8:12])[0] == binascii.crc32(frame[:8])
     assert struct.unpack("!I", frame[-4:])[0] == binascii.crc32(frame[:-4])
-    assert json.loads(frame[12 + headers:-4]) == {"stopReason": "end_turn"}
+    assert json.loads(frame[12 + headers : -4]) == {"stopReason": "end_turn"}
 
 
 def test_keep_calls_bounds_the_call_log_while_the_counters_count_everything() -> None:
@@ -169,10 +191,16 @@ def test_keep_calls_bounds_the_call_log_while_the_counters_count_everything() ->
 
 # -- the official SDKs over a loopback server --------------------------------------------
 
+
 @pytest.fixture
 def openai_server() -> Iterator[Served]:
-    service = MockService([MockProvider(fmt, context_window=100_000, script=lambda request: LONG_TEXT)
-                           for fmt in ("openai-chat", "openai-responses")], models=["gpt-4o", "gpt-4o-mini"])
+    service = MockService(
+        [
+            MockProvider(fmt, context_window=100_000, script=lambda request: LONG_TEXT)
+            for fmt in ("openai-chat", "openai-responses")
+        ],
+        models=["gpt-4o", "gpt-4o-mini"],
+    )
     with LoopbackServer(service) as server:
         yield server, service
 
@@ -180,8 +208,12 @@ def openai_server() -> Iterator[Served]:
 def test_openai_sdk_streams_chat_completions_with_usage(openai_server: Served) -> None:
     server, service = openai_server
     with openai.OpenAI(base_url=server.base_url + "/v1", api_key="sk-test", max_retries=0) as client:
-        stream = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
-                                                stream=True, stream_options={"include_usage": True})
+        stream = client.chat.completions.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == LONG_TEXT
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
@@ -192,8 +224,9 @@ def test_openai_sdk_streams_chat_completions_with_usage(openai_server: Served) -
 def test_openai_sdk_stream_helper_reports_truncation_as_length(openai_server: Served) -> None:
     server, _ = openai_server
     with openai.OpenAI(base_url=server.base_url + "/v1", api_key="sk-test", max_retries=0) as client:
-        with client.chat.completions.stream(model="gpt-4o", max_tokens=5,
-                                            messages=[{"role": "user", "content": "hi"}]) as stream:
+        with client.chat.completions.stream(
+            model="gpt-4o", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
             with pytest.raises(openai.LengthFinishReasonError) as caught:
                 stream.get_final_completion()
     final = caught.value.completion
@@ -229,10 +262,13 @@ def test_openai_sdk_lists_the_models_of_mock_openai(openai_server: Served) -> No
 
 
 def test_anthropic_sdk_stream_helper_gets_the_message_its_stop_reason_and_usage() -> None:
-    provider = MockProvider("anthropic", context_window=100_000,
-                            script=[Reply(LONG_TEXT, (CALL,)), LONG_TEXT])
-    with LoopbackServer(provider) as server, anthropic.Anthropic(base_url=server.base_url, api_key="sk-test",
-                                                                 max_retries=0) as client:
+    provider = MockProvider(
+        "anthropic", context_window=100_000, script=[Reply(LONG_TEXT, (CALL,)), LONG_TEXT]
+    )
+    with (
+        LoopbackServer(provider) as server,
+        anthropic.Anthropic(base_url=server.base_url, api_key="sk-test", max_retries=0) as client,
+    ):
         messages = [{"role": "user", "content": "read it"}]
         with client.messages.stream(model="claude-sonnet-4", max_tokens=1024, messages=messages) as stream:
             texts = list(stream.text_stream)
@@ -244,7 +280,9 @@ def test_anthropic_sdk_stream_helper_gets_the_message_its_stop_reason_and_usage(
     assert tool_turn.content[1].input == json.loads(CALL.arguments)  # type: ignore[union-attr]
     usage = provider.calls[0].usage
     assert usage is not None
-    assert (tool_turn.usage.input_tokens, tool_turn.usage.output_tokens) == (usage.input_tokens,
-                                                                             usage.output_tokens)
+    assert (tool_turn.usage.input_tokens, tool_turn.usage.output_tokens) == (
+        usage.input_tokens,
+        usage.output_tokens,
+    )
     assert truncated.stop_reason == "max_tokens"
     assert truncated.content[0].text == LONG_TEXT[:32]  # type: ignore[union-attr]

@@ -44,16 +44,29 @@ def send(proxy: LoopbackServer, padding: int = 0) -> httpx.Response:
 
 
 def test_faults_are_listed_added_replaced_and_removed_while_the_proxy_serves(
-        proxy: LoopbackServer, admin: httpx.Client) -> None:
-    assert admin.get("/faults").json() == {"faults": [{
-        "name": "body-cap", "kind": "body-cap", "toxicity": 1.0, "spec": "body-cap:10485760B",
-        "fields": {"kind": "body-cap", "limit": 10485760}}]}
+    proxy: LoopbackServer, admin: httpx.Client
+) -> None:
+    assert admin.get("/faults").json() == {
+        "faults": [
+            {
+                "name": "body-cap",
+                "kind": "body-cap",
+                "toxicity": 1.0,
+                "spec": "body-cap:10485760B",
+                "fields": {"kind": "body-cap", "limit": 10485760},
+            }
+        ]
+    }
     assert send(proxy, 200 * KB).status_code == 200
     added = admin.post("/faults", json={"name": "waf", "spec": "body-cap:128KB:waf-403-html"})
     assert added.status_code == 201
-    assert added.json() == {"name": "waf", "kind": "waf-403-html", "toxicity": 1.0,
-                            "spec": "waf-403-html:min_bytes=131073B",
-                            "fields": {"kind": "waf-403-html", "min_bytes": 131073}}
+    assert added.json() == {
+        "name": "waf",
+        "kind": "waf-403-html",
+        "toxicity": 1.0,
+        "spec": "waf-403-html:min_bytes=131073B",
+        "fields": {"kind": "waf-403-html", "min_bytes": 131073},
+    }
     blocked = send(proxy, 200 * KB)
     assert blocked.status_code == 403 and "Cloudflare" in blocked.text
     assert send(proxy).status_code == 200
@@ -91,30 +104,73 @@ def test_stats_count_requests_and_outcomes(proxy: LoopbackServer, admin: httpx.C
     assert stats["rejected_by_fault"] == {"body-cap": 1}
 
 
-@pytest.mark.parametrize(("method", "path", "body", "status", "error"), [
-    ("POST", "/faults", b"{not json", 400, "the body is not JSON (JSONDecodeError: "),
-    ("POST", "/faults", b"[1, 2]", 400, "the body must be a JSON object, e.g. "),
-    ("POST", "/faults", b'{"name": "x"}', 400, "give the fault as spec or as kind and fields"),
-    ("POST", "/faults", b'{"spec": "teapot:418"}', 400,
-     "fault spec 'teapot:418': unknown fault kind 'teapot'"),
-    ("POST", "/faults", b'{"spec": 5}', 400, "spec must be a string such as 'body-cap:128KB:nginx', got 5"),
-    ("POST", "/faults", b'{"spec": "latency:1", "delay_s": 2}', 400, "give either spec or kind and fields"),
-    ("POST", "/faults", b'{"kind": "latency"}', 400, "fault (latency): delay_s is missing, e.g. latency:0.5"),
-    ("POST", "/faults", b'{"spec": "latency:1", "toxicity": 2}', 400,
-     "toxicity (the probability the fault fires) must be within [0, 1], got 2"),
-    ("POST", "/faults", b'{"name": "a b", "spec": "latency:1"}', 400, "name must be 1-64 letters"),
-    ("POST", "/faults", b'{"name": "body-cap", "spec": "latency:1"}', 409,
-     "a fault named 'body-cap' exists; remove it first or replace it (POST /faults/body-cap replaces it)"),
-    ("DELETE", "/faults/nope", b"", 404, "no fault named 'nope'; faults: body-cap"),
-    ("GET", "/faults/nope", b"", 404, "no fault named 'nope'; faults: body-cap"),
-    ("POST", "/faults/nope", b'{"spec": "latency:1"}', 404, "no fault named 'nope'"),
-    ("POST", "/faults/body-cap", b'{"name": "other", "spec": "latency:1"}', 400,
-     "the body names 'other' but the path names 'body-cap'"),
-    ("GET", "/toxics", b"", 404, "no endpoint GET /toxics; endpoints: GET /faults, POST /faults"),
-    ("PUT", "/faults", b"{}", 405, "/faults takes GET, POST, not PUT"),
-])
-def test_bad_admin_requests_get_a_4xx_json_error(admin: httpx.Client, method: str, path: str, body: bytes,
-                                                 status: int, error: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "error"),
+    [
+        ("POST", "/faults", b"{not json", 400, "the body is not JSON (JSONDecodeError: "),
+        ("POST", "/faults", b"[1, 2]", 400, "the body must be a JSON object, e.g. "),
+        ("POST", "/faults", b'{"name": "x"}', 400, "give the fault as spec or as kind and fields"),
+        (
+            "POST",
+            "/faults",
+            b'{"spec": "teapot:418"}',
+            400,
+            "fault spec 'teapot:418': unknown fault kind 'teapot'",
+        ),
+        (
+            "POST",
+            "/faults",
+            b'{"spec": 5}',
+            400,
+            "spec must be a string such as 'body-cap:128KB:nginx', got 5",
+        ),
+        (
+            "POST",
+            "/faults",
+            b'{"spec": "latency:1", "delay_s": 2}',
+            400,
+            "give either spec or kind and fields",
+        ),
+        (
+            "POST",
+            "/faults",
+            b'{"kind": "latency"}',
+            400,
+            "fault (latency): delay_s is missing, e.g. latency:0.5",
+        ),
+        (
+            "POST",
+            "/faults",
+            b'{"spec": "latency:1", "toxicity": 2}',
+            400,
+            "toxicity (the probability the fault fires) must be within [0, 1], got 2",
+        ),
+        ("POST", "/faults", b'{"name": "a b", "spec": "latency:1"}', 400, "name must be 1-64 letters"),
+        (
+            "POST",
+            "/faults",
+            b'{"name": "body-cap", "spec": "latency:1"}',
+            409,
+            "a fault named 'body-cap' exists; remove it first or replace it (POST /faults/body-cap "
+            "replaces it)",
+        ),
+        ("DELETE", "/faults/nope", b"", 404, "no fault named 'nope'; faults: body-cap"),
+        ("GET", "/faults/nope", b"", 404, "no fault named 'nope'; faults: body-cap"),
+        ("POST", "/faults/nope", b'{"spec": "latency:1"}', 404, "no fault named 'nope'"),
+        (
+            "POST",
+            "/faults/body-cap",
+            b'{"name": "other", "spec": "latency:1"}',
+            400,
+            "the body names 'other' but the path names 'body-cap'",
+        ),
+        ("GET", "/toxics", b"", 404, "no endpoint GET /toxics; endpoints: GET /faults, POST /faults"),
+        ("PUT", "/faults", b"{}", 405, "/faults takes GET, POST, not PUT"),
+    ],
+)
+def test_bad_admin_requests_get_a_4xx_json_error(
+    admin: httpx.Client, method: str, path: str, body: bytes, status: int, error: str
+) -> None:
     answer = admin.request(method, path, content=body)
     assert answer.status_code == status
     assert answer.headers["content-type"] == "application/json"
@@ -125,9 +181,10 @@ def test_bad_admin_requests_get_a_4xx_json_error(admin: httpx.Client, method: st
 
 def test_malformed_http_and_oversized_bodies_get_json_errors(proxy: LoopbackServer) -> None:
     port = int(proxy.admin_url.rsplit(":", 1)[1])
-    for request, status in ((b"GARBAGE\r\n\r\n", b"400"),
-                            (b"POST /faults HTTP/1.1\r\nhost: x\r\ncontent-length: 70000\r\n\r\n"
-                             + b"x" * 70000, b"413")):
+    for request, status in (
+        (b"GARBAGE\r\n\r\n", b"400"),
+        (b"POST /faults HTTP/1.1\r\nhost: x\r\ncontent-length: 70000\r\n\r\n" + b"x" * 70000, b"413"),
+    ):
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
             sock.sendall(request)
             answer = b""
@@ -146,8 +203,16 @@ def test_the_admin_api_needs_a_middlebox_and_a_port_in_range() -> None:
 
 def test_the_api_answers_without_a_transport() -> None:
     api = AdminApi(Middlebox(None))
-    assert api.handle("GET", "/", b"").document == {"endpoints": [
-        "GET /faults", "POST /faults", "GET /faults/{name}", "POST /faults/{name}", "DELETE /faults/{name}",
-        "POST /reset", "GET /stats"]}
+    assert api.handle("GET", "/", b"").document == {
+        "endpoints": [
+            "GET /faults",
+            "POST /faults",
+            "GET /faults/{name}",
+            "POST /faults/{name}",
+            "DELETE /faults/{name}",
+            "POST /reset",
+            "GET /stats",
+        ]
+    }
     created = api.handle("POST", "/faults", b'{"spec": "cut-stream:2KB"}')
     assert (created.status, created.document["name"]) == (201, "cut-stream")

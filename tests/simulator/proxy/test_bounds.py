@@ -38,7 +38,7 @@ def trickle(sock: socket.socket, data: bytes, pause_s: float) -> int:
     """Send ``data`` one byte at a time; the number of bytes sent before the server closed."""
     for sent in range(len(data)):
         try:
-            sock.sendall(data[sent:sent + 1])
+            sock.sendall(data[sent : sent + 1])
         except OSError:
             return sent
         time.sleep(pause_s)
@@ -71,6 +71,7 @@ def test_a_body_under_the_minimum_rate_is_cut_after_its_grace() -> None:
 def test_a_slow_but_steady_upload_outlasting_its_grace_is_served() -> None:
     server = LoopbackServer(ok, body_timeout_s=1.0, min_body_rate=1000)
     with server, httpx.Client(trust_env=False) as client:
+
         def pieces() -> object:
             for _ in range(12):  # 1.8 s in all, past the 1 s grace, at ~33 KB/s: far over 1,000 B/s
                 time.sleep(0.15)
@@ -93,8 +94,10 @@ def test_bodies_in_flight_beyond_the_budget_get_a_clear_503_and_the_budget_is_re
         assert held.recv(65536).startswith(b"HTTP/1.1 200 ")
         after = client.post(server.base_url + "/b", content=b"y" * 40 * KB)
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
-    assert refused.text.startswith("server busy: request bodies in flight would pass max_inflight_body_bytes "
-                                   "(102,400 bytes; 81,920 in use)")
+    assert refused.text.startswith(
+        "server busy: request bodies in flight would pass max_inflight_body_bytes "
+        "(102,400 bytes; 81,920 in use)"
+    )
     assert small.status_code == 200 and after.status_code == 200
     assert server.stats()["budget_refusals"] == 1 and server.stats()["inflight_body_bytes"] == 0
 
@@ -107,12 +110,15 @@ def test_records_keep_the_last_n_and_the_counters_count_everything() -> None:
     assert server.served == 20 and server.outcomes == {"answered": 20}
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("1" * 5000, "x-ctxsim-turn must have at most 18 digits, got 5,000 ('" + "1" * 32 + "…')"),
-    ("seven", "x-ctxsim-turn must be a positive integer, got 'seven'"),
-    ("0", "x-ctxsim-turn must be a positive integer, got '0'"),
-    ("-3", "x-ctxsim-turn must be a positive integer, got '-3'"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1" * 5000, "x-ctxsim-turn must have at most 18 digits, got 5,000 ('" + "1" * 32 + "…')"),
+        ("seven", "x-ctxsim-turn must be a positive integer, got 'seven'"),
+        ("0", "x-ctxsim-turn must be a positive integer, got '0'"),
+        ("-3", "x-ctxsim-turn must be a positive integer, got '-3'"),
+    ],
+)
 def test_a_bad_turn_header_gets_a_400_line_and_the_server_keeps_serving(value: str, message: str) -> None:
     with LoopbackServer(ok) as server, httpx.Client(trust_env=False) as client:
         bad = client.post(server.base_url + "/v1/messages", content=b"x", headers={TURN_HEADER: value})
@@ -139,8 +145,10 @@ def test_a_handler_timeout_counts_from_when_it_starts_not_from_the_queue() -> No
     from concurrent.futures import ThreadPoolExecutor
 
     # one worker, 8 requests: the last waits ~1.75 s in the queue, far over the 1 s handler timeout
-    with LoopbackServer(slow, handler_timeout_s=1.0) as server, httpx.Client(
-        trust_env=False, timeout=30, limits=httpx.Limits(max_connections=8)
-    ) as client, ThreadPoolExecutor(8) as pool:
+    with (
+        LoopbackServer(slow, handler_timeout_s=1.0) as server,
+        httpx.Client(trust_env=False, timeout=30, limits=httpx.Limits(max_connections=8)) as client,
+        ThreadPoolExecutor(8) as pool,
+    ):
         replies = list(pool.map(lambda i: client.get(f"{server.base_url}/{i}"), range(8)))
     assert [reply.status_code for reply in replies] == [200] * 8

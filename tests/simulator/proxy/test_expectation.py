@@ -33,15 +33,26 @@ def load(tmp_path: Path, expect_lines: str) -> Expectation:
 
 
 def test_every_field_is_read_from_the_table(tmp_path: Path) -> None:
-    expect = load(tmp_path, (
-        'failure_kind = "waf_rejection"\ncompaction_level = 0\nrejected_requests = [1, 3]\n'
-        f'cap_learned = true\nsummarizer = "refused"\nnotices = ["{LEARNED}"]\nfloor_warning = true\n'
-        "content_blocks = 1\nfinal_max_tokens = 8192\nrequests_over_cap = 0\n"
-    ))
+    expect = load(
+        tmp_path,
+        (
+            'failure_kind = "waf_rejection"\ncompaction_level = 0\nrejected_requests = [1, 3]\n'
+            f'cap_learned = true\nsummarizer = "refused"\nnotices = ["{LEARNED}"]\nfloor_warning = true\n'
+            "content_blocks = 1\nfinal_max_tokens = 8192\nrequests_over_cap = 0\n"
+        ),
+    )
     assert expect == Expectation(
-        "recovered", failure_kind="waf_rejection", compaction_level=0, floor_warning=True,
-        summarizer="refused", notices=(LEARNED,), rejected_requests=(1, 3), cap_learned=True,
-        content_blocks=1, final_max_tokens=8192, requests_over_cap=0,
+        "recovered",
+        failure_kind="waf_rejection",
+        compaction_level=0,
+        floor_warning=True,
+        summarizer="refused",
+        notices=(LEARNED,),
+        rejected_requests=(1, 3),
+        cap_learned=True,
+        content_blocks=1,
+        final_max_tokens=8192,
+        requests_over_cap=0,
     )
     assert load(tmp_path, "rejected_requests = []\n").rejected_requests == ()
     assert load(tmp_path, "").rejected_requests is None  # not named: not checked
@@ -49,8 +60,17 @@ def test_every_field_is_read_from_the_table(tmp_path: Path) -> None:
 
 def test_the_fields_table_documents_every_field() -> None:
     assert list(EXPECT_FIELDS) == [
-        "outcome", "failure_kind", "compaction_level", "rejected_requests", "cap_learned", "summarizer",
-        "notices", "floor_warning", "content_blocks", "final_max_tokens", "requests_over_cap",
+        "outcome",
+        "failure_kind",
+        "compaction_level",
+        "rejected_requests",
+        "cap_learned",
+        "summarizer",
+        "notices",
+        "floor_warning",
+        "content_blocks",
+        "final_max_tokens",
+        "requests_over_cap",
     ]
     assert set(EXPECT_FIELDS) == {f.name for f in dataclasses.fields(Expectation)}
     doc = expectation_module.__doc__ or ""
@@ -62,27 +82,40 @@ PER_EPISODE = (
     "in order; [] for none), got "
 )
 ERRORS = [
-    ('notces = ["x"]\n', "[expect] has unknown key 'notces'; valid keys: outcome, failure_kind, "
-     "compaction_level, rejected_requests, cap_learned, summarizer, notices, floor_warning, content_blocks, "
-     "final_max_tokens, requests_over_cap"),
-    ('notices = "⚠ Recoverable failure (%s)"\n', "[expect] notices must be a list of texts (SPEC texts, %s "
-     "for any value), got '⚠ Recoverable failure (%s)'"),
+    (
+        'notces = ["x"]\n',
+        "[expect] has unknown key 'notces'; valid keys: outcome, failure_kind, "
+        "compaction_level, rejected_requests, cap_learned, summarizer, notices, floor_warning, "
+        "content_blocks, "
+        "final_max_tokens, requests_over_cap",
+    ),
+    (
+        'notices = "⚠ Recoverable failure (%s)"\n',
+        "[expect] notices must be a list of texts (SPEC texts, %s "
+        "for any value), got '⚠ Recoverable failure (%s)'",
+    ),
     ('notices = ["ok", " "]\n', "[expect] notices[1] must be a non-empty text, got ' '"),
     ("rejected_requests = [1, 0]\n", PER_EPISODE + "[1, 0]"),
     ("rejected_requests = 2\n", PER_EPISODE + "2"),
     ("rejected_requests = [true]\n", PER_EPISODE + "[True]"),
     ('cap_learned = "yes"\n', "[expect] cap_learned must be true or false, got 'yes'"),
-    ('summarizer = "lazy"\n', "[expect] summarizer must be one of unused, answered, refused, too_short, "
-     "failed, overflowed, timed_out, cancelled, got 'lazy'"),
+    (
+        'summarizer = "lazy"\n',
+        "[expect] summarizer must be one of unused, answered, refused, too_short, "
+        "failed, overflowed, timed_out, cancelled, got 'lazy'",
+    ),
     ("compaction_level = -1\n", "[expect] compaction_level must be one of 0, 1, 2, 3, got -1"),
     ("floor_warning = 1\n", "[expect] floor_warning must be true or false, got 1"),
     ("content_blocks = -1\n", "[expect] content_blocks must be an integer >= 0, got -1"),
     ('content_blocks = "one"\n', "[expect] content_blocks must be an integer, got 'one'"),
     ("final_max_tokens = 0\n", "[expect] final_max_tokens must be an integer >= 1, got 0"),
     ("requests_over_cap = -2\n", "[expect] requests_over_cap must be an integer >= 0, got -2"),
-    ('failure_kind = "too_big"\n', "[expect] failure_kind must be one of context_overflow, "
-     "payload_too_large, waf_rejection, suspected_payload, malformed_history, output_truncated, "
-     "output_limit, auth, rate_limit, transient_network, other, ok, got 'too_big'"),
+    (
+        'failure_kind = "too_big"\n',
+        "[expect] failure_kind must be one of context_overflow, "
+        "payload_too_large, waf_rejection, suspected_payload, malformed_history, output_truncated, "
+        "output_limit, auth, rate_limit, transient_network, other, ok, got 'too_big'",
+    ),
 ]
 
 
@@ -106,19 +139,32 @@ def test_an_expect_that_is_not_a_table_or_has_no_outcome_is_an_error(tmp_path: P
 
 
 # -- notices ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("text", "line", "matches"), [
-    (LEARNED, SHOWN, True),
-    (LEARNED, SHOWN + " and more", False),  # a whole line, not a part of one
-    ("ℹ pre-flight: history %s ≈ %d%% of configured cap (%s) — compacting",
-     "ℹ pre-flight: history 117.7 KB ≈ 122% of configured cap (96.0 KB) — compacting", True),
-    ("ℹ pre-flight: history %s ≈ %d%% of configured cap (%s) — compacting",
-     "ℹ pre-flight: history 117.7 KB ≈ most of configured cap (96.0 KB) — compacting", False),
-    ("⚠ System prompt alone is %s", "⚠ System prompt alone is 101.5 KB — close to the edge", True),  # prefix
-    ("✓ Trim was enough (%s → %s)", "✓ Trim was enough (1.0 KB → 0.5 KB)", True),
-    ("✓ Trim was enough (%s → %s)", "✓ Trim was enough [1.0 KB → 0.5 KB]", False),  # brackets are literal
-    ("budget %.1f tokens", "budget 12.5 tokens", True),
-    ("budget %.1f tokens", "budget twelve tokens", False),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "matches"),
+    [
+        (LEARNED, SHOWN, True),
+        (LEARNED, SHOWN + " and more", False),  # a whole line, not a part of one
+        (
+            "ℹ pre-flight: history %s ≈ %d%% of configured cap (%s) — compacting",
+            "ℹ pre-flight: history 117.7 KB ≈ 122% of configured cap (96.0 KB) — compacting",
+            True,
+        ),
+        (
+            "ℹ pre-flight: history %s ≈ %d%% of configured cap (%s) — compacting",
+            "ℹ pre-flight: history 117.7 KB ≈ most of configured cap (96.0 KB) — compacting",
+            False,
+        ),
+        (
+            "⚠ System prompt alone is %s",
+            "⚠ System prompt alone is 101.5 KB — close to the edge",
+            True,
+        ),  # prefix
+        ("✓ Trim was enough (%s → %s)", "✓ Trim was enough (1.0 KB → 0.5 KB)", True),
+        ("✓ Trim was enough (%s → %s)", "✓ Trim was enough [1.0 KB → 0.5 KB]", False),  # brackets are literal
+        ("budget %.1f tokens", "budget 12.5 tokens", True),
+        ("budget %.1f tokens", "budget twelve tokens", False),
+    ],
+)
 def test_a_notice_is_a_spec_text_whose_placeholders_stand_for_values(
     text: str, line: str, matches: bool
 ) -> None:
@@ -127,37 +173,55 @@ def test_a_notice_is_a_spec_text_whose_placeholders_stand_for_values(
 
 # -- problems --------------------------------------------------------------------------------------------
 SEEN = Observed(
-    outcome="recovered", failure_kinds=("waf_rejection",), compaction_level=2, rejected_requests=(1,),
-    learned_cap=98_256, summarizer_calls=("answered", "answered"),
-    lines=(SHOWN, "✓ Summary applied (9 → 6 msgs)"), content_blocks=((98_256, 98_256),),
+    outcome="recovered",
+    failure_kinds=("waf_rejection",),
+    compaction_level=2,
+    rejected_requests=(1,),
+    learned_cap=98_256,
+    summarizer_calls=("answered", "answered"),
+    lines=(SHOWN, "✓ Summary applied (9 → 6 msgs)"),
+    content_blocks=((98_256, 98_256),),
     final_max_tokens=4096,
 )
 
 
 def test_an_expectation_the_run_meets_has_no_problem() -> None:
-    expect = Expectation("recovered", failure_kind="waf_rejection", compaction_level=2, summarizer="answered",
-                         notices=(LEARNED, "✓ Summary applied (%d → %d msgs)"), rejected_requests=(1,),
-                         cap_learned=True, content_blocks=1, final_max_tokens=4096)
+    expect = Expectation(
+        "recovered",
+        failure_kind="waf_rejection",
+        compaction_level=2,
+        summarizer="answered",
+        notices=(LEARNED, "✓ Summary applied (%d → %d msgs)"),
+        rejected_requests=(1,),
+        cap_learned=True,
+        content_blocks=1,
+        final_max_tokens=4096,
+    )
     assert expect.problems(SEEN) == []
 
 
-@pytest.mark.parametrize(("changes", "problem"), [
-    ({"outcome": "failed"}, "outcome recovered, expected failed"),
-    ({"failure_kind": "auth"}, "first failure waf_rejection, expected auth"),
-    ({"compaction_level": 3}, "compaction level 2, expected 3"),
-    ({"compaction_level": 0}, "compaction level 2, expected none"),
-    ({"rejected_requests": ()}, "rejected requests per episode [1], expected []"),
-    ({"rejected_requests": (1, 1)}, "rejected requests per episode [1], expected [1, 1]"),
-    ({"cap_learned": False}, "payload cap learned (98,256 bytes), expected none"),
-    ({"summarizer": "refused"}, "summarizer answered ×2, expected a call refused"),
-    ({"summarizer": "unused"}, "summarizer called 2 time(s), expected unused"),
-    ({"notices": ("⚠ Summarization failed (%s) — falling back to truncation",)},
-     "no line shown matches '⚠ Summarization failed (%s) — falling back to truncation'"),
-    ({"floor_warning": True}, "no floor warning notice"),
-    ({"content_blocks": 0}, "1 content block(s), expected 0"),
-    ({"final_max_tokens": 8192}, "last request's max_tokens 4096, expected 8192"),
-    ({"requests_over_cap": 2}, "0 request(s) sent above the learned payload cap, expected 2"),
-])
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"outcome": "failed"}, "outcome recovered, expected failed"),
+        ({"failure_kind": "auth"}, "first failure waf_rejection, expected auth"),
+        ({"compaction_level": 3}, "compaction level 2, expected 3"),
+        ({"compaction_level": 0}, "compaction level 2, expected none"),
+        ({"rejected_requests": ()}, "rejected requests per episode [1], expected []"),
+        ({"rejected_requests": (1, 1)}, "rejected requests per episode [1], expected [1, 1]"),
+        ({"cap_learned": False}, "payload cap learned (98,256 bytes), expected none"),
+        ({"summarizer": "refused"}, "summarizer answered ×2, expected a call refused"),
+        ({"summarizer": "unused"}, "summarizer called 2 time(s), expected unused"),
+        (
+            {"notices": ("⚠ Summarization failed (%s) — falling back to truncation",)},
+            "no line shown matches '⚠ Summarization failed (%s) — falling back to truncation'",
+        ),
+        ({"floor_warning": True}, "no floor warning notice"),
+        ({"content_blocks": 0}, "1 content block(s), expected 0"),
+        ({"final_max_tokens": 8192}, "last request's max_tokens 4096, expected 8192"),
+        ({"requests_over_cap": 2}, "0 request(s) sent above the learned payload cap, expected 2"),
+    ],
+)
 def test_each_unmet_field_is_one_readable_problem(changes: dict[str, object], problem: str) -> None:
     expect = dataclasses.replace(Expectation("recovered"), **changes)
     assert expect.problems(SEEN) == [problem]
@@ -172,11 +236,13 @@ def test_a_content_block_that_moved_the_learned_cap_is_a_problem_even_when_the_c
 
 def test_a_run_without_compaction_or_summarizer_meets_none_and_unused() -> None:
     quiet = Observed(outcome="no_compaction", failure_kinds=("rate_limit",), rejected_requests=(1,))
-    expect = Expectation("no_compaction", compaction_level=0, summarizer="unused", cap_learned=False,
-                         rejected_requests=(1,))
+    expect = Expectation(
+        "no_compaction", compaction_level=0, summarizer="unused", cap_learned=False, rejected_requests=(1,)
+    )
     assert expect.problems(quiet) == []
     assert Expectation("no_compaction", cap_learned=True, compaction_level=1).problems(quiet) == [
-        "compaction level none, expected 1", "no payload cap learned, expected one",
+        "compaction level none, expected 1",
+        "no payload cap learned, expected one",
     ]
     assert Expectation("no_compaction", summarizer="failed").problems(quiet) == [
         "summarizer no call, expected a call failed"

@@ -42,8 +42,10 @@ def test_requests_are_forwarded_concurrently() -> None:
         barrier.wait()  # only passes when 10 requests are at the upstream at once
         return ok(request)
 
-    with LoopbackServer(meets_the_others, handler_workers=10) as upstream, LoopbackServer(
-            None, upstream=upstream.base_url) as proxy:
+    with (
+        LoopbackServer(meets_the_others, handler_workers=10) as upstream,
+        LoopbackServer(None, upstream=upstream.base_url) as proxy,
+    ):
         replies = parallel(proxy.base_url, 10)
     assert [reply.status_code for reply in replies] == [200] * 10
     assert sorted(reply.json()["path"] for reply in replies) == sorted(f"/r/{i}" for i in range(10))
@@ -55,8 +57,10 @@ def test_the_upstream_timeout_counts_from_the_upstream_call_not_the_queue() -> N
         return ok(request)
 
     # 10 parallel requests to an upstream answering in 0.5 s, 2 s to answer: serialised, 7 would time out
-    with LoopbackServer(half_a_second, handler_workers=10) as upstream, LoopbackServer(
-            None, upstream=upstream.base_url, handler_timeout_s=2.0) as proxy:
+    with (
+        LoopbackServer(half_a_second, handler_workers=10) as upstream,
+        LoopbackServer(None, upstream=upstream.base_url, handler_timeout_s=2.0) as proxy,
+    ):
         replies = parallel(proxy.base_url, 10)
     assert [reply.status_code for reply in replies] == [200] * 10
 
@@ -66,17 +70,22 @@ def test_an_upstream_slower_than_the_handler_timeout_gets_a_504() -> None:
         time.sleep(1.0)
         return ok(request)
 
-    with LoopbackServer(slow) as upstream, LoopbackServer(None, upstream=upstream.base_url,
-                                                          handler_timeout_s=0.2) as proxy:
+    with (
+        LoopbackServer(slow) as upstream,
+        LoopbackServer(None, upstream=upstream.base_url, handler_timeout_s=0.2) as proxy,
+    ):
         reply = httpx.get(proxy.base_url + "/x", trust_env=False)
     assert reply.status_code == 504 and reply.text.startswith("upstream-timeout: ")
     assert proxy.records[0].outcome == "upstream-timeout"
 
 
-@pytest.mark.parametrize(("fault", "outcomes"), [
-    (ResetAfter(n_bytes=KB), {"upstream-reset", "upstream-closed"}),
-    (CloseAfterBody(min_bytes=10 * KB), {"upstream-closed", "upstream-reset"}),
-])
+@pytest.mark.parametrize(
+    ("fault", "outcomes"),
+    [
+        (ResetAfter(n_bytes=KB), {"upstream-reset", "upstream-closed"}),
+        (CloseAfterBody(min_bytes=10 * KB), {"upstream-closed", "upstream-reset"}),
+    ],
+)
 def test_an_upstream_that_drops_the_connection_drops_the_client_too(fault: Fault, outcomes: set[str]) -> None:
     gateway = Middlebox(ok, [fault])
     with LoopbackServer(gateway) as upstream, LoopbackServer(None, upstream=upstream.base_url) as proxy:
@@ -123,8 +132,11 @@ def streaming_upstream() -> Iterator[SlowStreamingUpstream]:
 def test_an_upstream_stream_reaches_the_client_as_it_comes(streaming_upstream: SlowStreamingUpstream) -> None:
     received = []
     proxy = LoopbackServer(None, upstream=f"http://127.0.0.1:{streaming_upstream.port}")
-    with proxy, httpx.Client(trust_env=False, timeout=10) as client, client.stream(
-            "POST", proxy.base_url + "/v1/chat/completions", content=b"{}") as response:
+    with (
+        proxy,
+        httpx.Client(trust_env=False, timeout=10) as client,
+        client.stream("POST", proxy.base_url + "/v1/chat/completions", content=b"{}") as response,
+    ):
         for chunk in response.iter_raw():
             received.append(chunk)
             streaming_upstream.release.set()  # the first event arrived before the upstream sent the second
@@ -147,7 +159,11 @@ def test_a_cut_stream_fault_in_front_of_an_upstream_url_cuts_its_answer_after_n_
     assert len(received) == 3 * KB
     record = proxy.records[0]
     assert (record.outcome, record.fault, record.fault_name, record.response_bytes) == (
-        "cut-stream", "cut-stream", "cut-stream", 3 * KB)
+        "cut-stream",
+        "cut-stream",
+        "cut-stream",
+        3 * KB,
+    )
 
 
 def test_latency_delays_the_answer_over_tcp_and_is_named_in_the_record() -> None:

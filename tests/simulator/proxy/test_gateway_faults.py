@@ -112,9 +112,13 @@ def test_envoy_masks_an_upstream_413_as_its_real_503_above_a_size() -> None:
     assert large.headers["content-length"] == "95"  # Envoy's local reply, byte for byte
 
 
-@pytest.mark.parametrize(("page", "status", "title"), [
-    ("nginx", 502, "502 Bad Gateway"), ("aws-alb", 502, "502 Bad Gateway"),
-])
+@pytest.mark.parametrize(
+    ("page", "status", "title"),
+    [
+        ("nginx", 502, "502 Bad Gateway"),
+        ("aws-alb", 502, "502 Bad Gateway"),
+    ],
+)
 def test_nginx_and_alb_answer_their_502_page(page: str, status: int, title: str) -> None:
     answer = post(Middlebox(upstream, [UpstreamError(page=page)]), chat("hi"))
     assert answer.status_code == status and f"<title>{title}</title>" in answer.text

@@ -29,9 +29,20 @@ from simulator.proxy.scenario import load_scenario
 
 KB = 1024
 Plan = Sequence[tuple[int, int, int]]  # (turn, body bytes, extra head bytes)
-PLAN: Plan = [(1, 10 * KB, 0), (2, 60 * KB, 0), (3, 120 * KB, 0), (4, 20 * KB, 0), (5, 200 * KB, 0),
-              (6, 300 * KB, 0), (7, 700 * KB, 0), (8, 1024 * KB, 0), (9, 30 * KB, 10 * KB), (10, 100 * KB, 0),
-              (11, 250 * KB, 0), (12, 5 * KB, 0)]
+PLAN: Plan = [
+    (1, 10 * KB, 0),
+    (2, 60 * KB, 0),
+    (3, 120 * KB, 0),
+    (4, 20 * KB, 0),
+    (5, 200 * KB, 0),
+    (6, 300 * KB, 0),
+    (7, 700 * KB, 0),
+    (8, 1024 * KB, 0),
+    (9, 30 * KB, 10 * KB),
+    (10, 100 * KB, 0),
+    (11, 250 * KB, 0),
+    (12, 5 * KB, 0),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -67,8 +78,12 @@ def record(gateway: Middlebox, path: Path, plan: Plan, *, bodies: bool = False) 
     seen = []
     with LoopbackServer(gateway) as upstream:
         writer = JsonLines(path, {"format": RECORD_FORMAT, "upstream": upstream.base_url})
-        proxy = LoopbackServer(None, upstream=upstream.base_url, record_bodies=bodies,
-                               on_exchange=lambda r, t: writer.write(record_entry(r, t)))
+        proxy = LoopbackServer(
+            None,
+            upstream=upstream.base_url,
+            record_bodies=bodies,
+            on_exchange=lambda r, t: writer.write(record_entry(r, t)),
+        )
         with proxy, httpx.Client(trust_env=False, timeout=10) as client:
             seen = [outcome(client, proxy.base_url, *step) for step in plan]
         writer.close()
@@ -94,9 +109,14 @@ def infer_to(tmp_path: Path, recording: Path) -> tuple[Path, str]:
 
 
 def test_a_recorded_gateway_with_known_faults_is_inferred_and_replays_the_same_outcomes(
-        tmp_path: Path) -> None:
-    faults: list[Fault] = [HeaderCap(limit=8 * KB), RateLimit429(from_turn=4, until_turn=4),
-                           ResetAfter(n_bytes=512 * KB), BodyCap(limit=128_000, response="nginx")]
+    tmp_path: Path,
+) -> None:
+    faults: list[Fault] = [
+        HeaderCap(limit=8 * KB),
+        RateLimit429(from_turn=4, until_turn=4),
+        ResetAfter(n_bytes=512 * KB),
+        BodyCap(limit=128_000, response="nginx"),
+    ]
     gateway = Middlebox(MockProvider("openai-chat", context_window=10_000_000), faults, seed=1)
     seen = record(gateway, tmp_path / "gateway.jsonl", PLAN)
     assert seen.count("dropped") == 2 and sum(s.startswith("413:") for s in seen) == 3
@@ -114,8 +134,12 @@ def test_a_recorded_gateway_with_known_faults_is_inferred_and_replays_the_same_o
 
 
 def test_pages_the_book_does_not_know_are_reproduced_from_recorded_bodies(tmp_path: Path) -> None:
-    custom = StatusPage(status=502, body="<html><title>Squid: bad gateway</title>ERR_ZERO_SIZE</html>",
-                        content_type="text/html", min_bytes=64 * KB)
+    custom = StatusPage(
+        status=502,
+        body="<html><title>Squid: bad gateway</title>ERR_ZERO_SIZE</html>",
+        content_type="text/html",
+        min_bytes=64 * KB,
+    )
     waf = WafBlock(min_bytes=500 * KB, page="akamai")
     gateway = Middlebox(MockProvider("openai-chat", context_window=10_000_000), [waf, custom], seed=3)
     plan = [(1, 10 * KB, 0), (2, 70 * KB, 0), (3, 600 * KB, 0), (4, 20 * KB, 0), (5, 100 * KB, 0)]
@@ -142,10 +166,17 @@ def test_a_fault_that_is_not_about_size_is_pinned_to_its_turns(tmp_path: Path) -
     assert replay(scenario_file, plan) == seen
 
 
-@pytest.mark.parametrize(("low", "high", "expected"), [
-    (120_000, 140_000, 131_072), (127_500, 128_500, 128_000), (0, 5, 0), (999, 1001, 1000),
-    (122_880, 204_800, 200_000), (1, 2, 1),
-])
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (120_000, 140_000, 131_072),
+        (127_500, 128_500, 128_000),
+        (0, 5, 0),
+        (999, 1001, 1000),
+        (122_880, 204_800, 200_000),
+        (1, 2, 1),
+    ],
+)
 def test_the_threshold_is_the_roundest_number_in_the_interval(low: int, high: int, expected: int) -> None:
     assert roundest(low, high) == expected and low <= expected < high
 
@@ -156,17 +187,26 @@ def test_every_bundled_page_has_its_own_fingerprint_whatever_its_ids_host_and_pa
     for seed in range(3):
         box = Middlebox(None, [WafBlock(page="cloudflare")], seed=seed)
         decision = box.decide(httpx.Request("POST", f"http://host{seed}.corp/api/x{seed}", content=b"x"))
-        page = known_page(403, page_fingerprint(decision.body, host=f"host{seed}.corp",  # type: ignore[union-attr]
-                                                path=f"/api/x{seed}"))
+        page = known_page(
+            403,
+            page_fingerprint(
+                decision.body,
+                host=f"host{seed}.corp",  # type: ignore[union-attr]
+                path=f"/api/x{seed}",
+            ),
+        )
         assert page is not None and (page.kind, page.name) == ("waf-403-html", "cloudflare")
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("not json\n", "rec.jsonl:1: not JSON"),
-    ("[1, 2]\n", "rec.jsonl:1: each line must be a JSON object"),
-    ('{"turn": 1}\n', "rec.jsonl:1: not an exchange of a ctxsim proxy --record file"),
-    (json.dumps({"format": RECORD_FORMAT}) + "\n", "rec.jsonl: no exchanges recorded"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json\n", "rec.jsonl:1: not JSON"),
+        ("[1, 2]\n", "rec.jsonl:1: each line must be a JSON object"),
+        ('{"turn": 1}\n', "rec.jsonl:1: not an exchange of a ctxsim proxy --record file"),
+        (json.dumps({"format": RECORD_FORMAT}) + "\n", "rec.jsonl: no exchanges recorded"),
+    ],
+)
 def test_a_bad_record_file_is_named_with_its_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "rec.jsonl"
     path.write_text(text, encoding="utf-8")

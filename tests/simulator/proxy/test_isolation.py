@@ -20,8 +20,14 @@ from simulator.proxy.redact import (
 )
 
 SECRET = "AIzaSyTOP-SECRET-KEY"
-CREDENTIALS = {"authorization": "Bearer sk-live-123", "x-api-key": "sk-ant-456", "api-key": "azure-789",
-               "x-goog-api-key": SECRET, "cookie": "session=abc", "proxy-authorization": "Basic dXNlcjpw"}
+CREDENTIALS = {
+    "authorization": "Bearer sk-live-123",
+    "x-api-key": "sk-ant-456",
+    "api-key": "azure-789",
+    "x-goog-api-key": SECRET,
+    "cookie": "session=abc",
+    "proxy-authorization": "Basic dXNlcjpw",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -36,8 +42,10 @@ def cookie_upstream(request: httpx.Request) -> httpx.Response:
     if request.url.path == "/login":
         cookie = f"session={client}-secret; Path=/"
         return httpx.Response(200, json={"ok": True}, headers={"set-cookie": cookie})
-    return httpx.Response(200, json={"cookie": request.headers.get("cookie"),
-                                     "authorization": request.headers.get("authorization")})
+    return httpx.Response(
+        200,
+        json={"cookie": request.headers.get("cookie"), "authorization": request.headers.get("authorization")},
+    )
 
 
 def test_a_cookie_the_upstream_sets_for_one_client_never_reaches_another() -> None:
@@ -80,13 +88,28 @@ def test_upstream_error_details_do_not_leak_the_upstream_query() -> None:
     assert f"key={REDACTED}" in proxy.records[0].detail
 
 
-@pytest.mark.parametrize(("name", "secret"), [
-    ("Authorization", True), ("x-api-key", True), ("X-Goog-Api-Key", True), ("api-key", True),
-    ("Cookie", True), ("set-cookie", True), ("proxy-authorization", True), ("x-amz-security-token", True),
-    ("x-vendor-api-key", True), ("x-auth-token", True), ("x-session-id", True),
-    ("content-type", False), ("x-ratelimit-remaining-tokens", False), ("retry-after", False),
-    ("x-ctxsim-turn", False), ("cf-ray", False), ("anthropic-ratelimit-input-tokens-remaining", False),
-])
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("Authorization", True),
+        ("x-api-key", True),
+        ("X-Goog-Api-Key", True),
+        ("api-key", True),
+        ("Cookie", True),
+        ("set-cookie", True),
+        ("proxy-authorization", True),
+        ("x-amz-security-token", True),
+        ("x-vendor-api-key", True),
+        ("x-auth-token", True),
+        ("x-session-id", True),
+        ("content-type", False),
+        ("x-ratelimit-remaining-tokens", False),
+        ("retry-after", False),
+        ("x-ctxsim-turn", False),
+        ("cf-ray", False),
+        ("anthropic-ratelimit-input-tokens-remaining", False),
+    ],
+)
 def test_credential_headers_are_recognised_by_name_and_pattern(name: str, secret: bool) -> None:
     assert is_credential(name) is secret
 

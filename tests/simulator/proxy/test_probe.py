@@ -21,9 +21,13 @@ from simulator.proxy.probe import (
 )
 
 KB = 1024
-PATHS = {"openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses",
-         "anthropic": "/v1/messages", "gemini": "/v1beta/models/ctxsim-probe:generateContent",
-         "bedrock-converse": "/model/ctxsim-probe/converse"}
+PATHS = {
+    "openai-chat": "/v1/chat/completions",
+    "openai-responses": "/v1/responses",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/ctxsim-probe:generateContent",
+    "bedrock-converse": "/model/ctxsim-probe/converse",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -71,8 +75,11 @@ def test_a_synthetic_body_cannot_be_smaller_than_its_template() -> None:
         synthetic_body("openai-chat", 10)
 
 
-@pytest.mark.parametrize("fault", [BodyCap(limit=128_000, response="nginx"), WafBlock(min_bytes=300_001),
-                                   ResetAfter(n_bytes=777_000)], ids=["nginx-413", "waf-403", "reset"])
+@pytest.mark.parametrize(
+    "fault",
+    [BodyCap(limit=128_000, response="nginx"), WafBlock(min_bytes=300_001), ResetAfter(n_bytes=777_000)],
+    ids=["nginx-413", "waf-403", "reset"],
+)
 def test_probing_a_loopback_gateway_finds_its_known_cap_within_two_percent(fault: Fault) -> None:
     cap = {"body-cap": 128_000, "waf-403-html": 300_000, "reset-after": 777_000}[fault.kind]
     gateway = Middlebox(MockProvider("openai-chat", context_window=10_000_000), [fault])

@@ -36,19 +36,29 @@ openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 
 KB = 1024
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
-                   "http_proxy", "https_proxy", "all_proxy", "no_proxy")
+PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+)
 LIMIT = 129 * KB
 NGINX_413_TITLE = "<title>413 Request Entity Too Large</title>"
 CLOUDFLARE_TITLE = "Attention Required! | Cloudflare"
 OVERFLOW_NOTICE = "⚠ Recoverable failure (context too long) — compacting and retrying"
 RECOVERY_NOTICES = {
     "body-cap": "⚠ Recoverable failure (proxy/gateway payload limit (413/431)) — compacting and retrying",
-    "waf-403-html":
-        "⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) — compacting and retrying",
+    "waf-403-html": "⚠ Recoverable failure (proxy/WAF rejection (403 + security signals)) "
+    "— compacting and retrying",
 }
-CAP_NOTICE = ("ℹ Gateway rejected a %s request — payload cap set to %s for this session "
-              "(export CHATCLI_MAX_PAYLOAD to override)")
+CAP_NOTICE = (
+    "ℹ Gateway rejected a %s request — payload cap set to %s for this session "
+    "(export CHATCLI_MAX_PAYLOAD to override)"
+)
 SUSPECTED_HISTORY_CHARS = 600_000
 # httpx2's names for a connection dropped mid-POST; which one depends on timing (DESIGN.md).
 DROPPED_CONNECTION_CLASSES = frozenset({"ReadError", "WriteError", "RemoteProtocolError"})
@@ -68,17 +78,23 @@ class Sdk:
 
 SDKS = {
     "openai": Sdk(
-        "openai-chat", "openai", "gpt-4o",
+        "openai-chat",
+        "openai",
+        "gpt-4o",
         lambda base_url: openai.OpenAI(base_url=base_url + "/v1", api_key="sk-test", max_retries=0),
         lambda client, text: client.chat.completions.create(
-            model="gpt-4o", messages=[{"role": "user", "content": text}]),
+            model="gpt-4o", messages=[{"role": "user", "content": text}]
+        ),
         OpenAISDKSender,
     ),
     "anthropic": Sdk(
-        "anthropic", "anthropic", "claude-sonnet-4-6",
+        "anthropic",
+        "anthropic",
+        "claude-sonnet-4-6",
         lambda base_url: anthropic.Anthropic(base_url=base_url, api_key="sk-ant-test", max_retries=0),
         lambda client, text: client.messages.create(
-            model="claude-sonnet-4-6", max_tokens=256, messages=[{"role": "user", "content": text}]),
+            model="claude-sonnet-4-6", max_tokens=256, messages=[{"role": "user", "content": text}]
+        ),
         AnthropicSDKSender,
     ),
 }
@@ -135,6 +151,7 @@ def stack(sdk: Sdk) -> Iterator[Callable[..., Stack]]:
 
 # -- classification of the SDKs' own exceptions ------------------------------------------
 
+
 def test_context_overflow_from_the_sdk_classifies_as_overflow(sdk: Sdk, stack: Callable[..., Stack]) -> None:
     with_window = stack([], context_window=1_000)
 
@@ -143,7 +160,11 @@ def test_context_overflow_from_the_sdk_classifies_as_overflow(sdk: Sdk, stack: C
     assert error.status_code == 400
     failure = classify(error)
     assert (failure.kind, failure.reason, failure.status, failure.provider) == (
-        FailureKind.CONTEXT_OVERFLOW, "ctx_too_long", 400, sdk.provider)
+        FailureKind.CONTEXT_OVERFLOW,
+        "ctx_too_long",
+        400,
+        sdk.provider,
+    )
     assert failure.notice == OVERFLOW_NOTICE
 
 
@@ -156,7 +177,10 @@ def test_nginx_413_page_is_read_from_the_sdk_error_body(sdk: Sdk, stack: Callabl
     assert NGINX_413_TITLE in error.body == error.response.text.strip()  # the SDK keeps the page, stripped
     failure = classify(error)
     assert (failure.kind, failure.reason, failure.provider) == (
-        FailureKind.PAYLOAD_TOO_LARGE, "payload_413", "nginx")
+        FailureKind.PAYLOAD_TOO_LARGE,
+        "payload_413",
+        "nginx",
+    )
     (record,) = capped.server.records  # answered from the Content-Length, before the body was read
     assert (record.outcome, record.status, record.body_bytes) == ("responded", 413, 0)
     assert failure.rejected_bytes == record.content_length > 40 * KB
@@ -173,7 +197,10 @@ def test_cloudflare_403_page_is_read_from_the_sdk_error_body(sdk: Sdk, stack: Ca
         assert str(error) == "Error code: 403"
     failure = classify(error)
     assert (failure.kind, failure.reason, failure.provider) == (
-        FailureKind.WAF_REJECTION, "waf_403", "cloudflare")
+        FailureKind.WAF_REJECTION,
+        "waf_403",
+        "cloudflare",
+    )
     assert failure.rejected_bytes == waf.server.records[0].body_bytes == waf.server.records[0].content_length
     assert waf.provider.call_count == 0
 
@@ -202,6 +229,7 @@ def test_mid_post_reset_reaches_the_sdk_as_a_dropped_connection(
 
 
 # -- a Session on the SDK adapters -------------------------------------------------------
+
 
 class Recording:
     """Wraps an SDK adapter and keeps the ``request_bytes`` of every attempt."""
@@ -232,8 +260,10 @@ def agent_history(system_chars: int, results: int, result_chars: int) -> list[Me
         Message.user("Fix the bug in the parser — ünïcödé paths included."),
         Message.assistant("Looking at the repository layout first."),
         Message.user("Go ahead and read the files."),
-        Message.assistant("Reading the files.", [
-            ToolCall(f"call_{i}", "read_file", f'{{"path": "src/mod_{i}.py"}}') for i in range(results)]),
+        Message.assistant(
+            "Reading the files.",
+            [ToolCall(f"call_{i}", "read_file", f'{{"path": "src/mod_{i}.py"}}') for i in range(results)],
+        ),
     ]
     for i in range(results):
         content = f"file {i} ✓\n" + f"line {i} of code\n" * (result_chars // 15)
@@ -251,8 +281,11 @@ def run_session(opened: Stack, **sender_kwargs: Any) -> tuple[Session, Recording
     return session, sender, [e.text for e in events if isinstance(e, Notice)], original
 
 
-@pytest.mark.parametrize("fault", [BodyCap(limit=LIMIT, response="nginx"), WafBlock(min_bytes=LIMIT)],
-                         ids=["nginx-413", "cloudflare-403"])
+@pytest.mark.parametrize(
+    "fault",
+    [BodyCap(limit=LIMIT, response="nginx"), WafBlock(min_bytes=LIMIT)],
+    ids=["nginx-413", "cloudflare-403"],
+)
 def test_session_on_the_sdk_learns_the_cap_from_the_rejected_size_and_loses_nothing(
     fault: Fault, stack: Callable[..., Stack], assert_nothing_lost: Callable[..., None]
 ) -> None:
@@ -292,8 +325,12 @@ def test_session_on_the_sdk_recovers_from_a_context_overflow(
 
 
 def test_extra_kwargs_body_fields_are_counted_in_request_bytes(sdk: Sdk, stack: Callable[..., Stack]) -> None:
-    extra = {"metadata": {"user_id": "u-1"}, "timeout": 30, "extra_body": {"x_trace": "t" * 40},
-             "extra_headers": {"x-team": "core"}}
+    extra = {
+        "metadata": {"user_id": "u-1"},
+        "timeout": 30,
+        "extra_body": {"x_trace": "t" * 40},
+        "extra_headers": {"x-team": "core"},
+    }
     capped = stack([BodyCap(limit=64, until_turn=1)])
     sender = sdk.sender(capped.client, model=sdk.model, extra_kwargs=extra)
     request = ChatRequest((Message.system("Be brief."), Message.user("héllo ✓")), max_tokens=64)

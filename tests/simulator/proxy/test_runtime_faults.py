@@ -91,12 +91,17 @@ def test_a_cut_beyond_the_answer_changes_nothing() -> None:
 
 def test_every_shaping_fault_that_fires_applies_and_a_later_page_is_delayed_too() -> None:
     sleeps = Sleeps()
-    faults = [Latency(0.5, min_bytes=10 * KB, probability=1.0), Bandwidth(rate=1000), CutStream(n_bytes=700),
-              BodyCap(limit=50 * KB)]
+    faults = [
+        Latency(0.5, min_bytes=10 * KB, probability=1.0),
+        Bandwidth(rate=1000),
+        CutStream(n_bytes=700),
+        BodyCap(limit=50 * KB),
+    ]
     box = Middlebox(upstream, faults, sleep=sleeps)
     decision = box.decide(httpx.Request("POST", URL, content=b"x" * 20 * KB))
-    assert decision == Forward(latency_s=0.5, rate_bps=1000, cut_after=700,
-                               applied=("latency", "bandwidth", "cut-stream"))
+    assert decision == Forward(
+        latency_s=0.5, rate_bps=1000, cut_after=700, applied=("latency", "bandwidth", "cut-stream")
+    )
     rejected = box.decide(httpx.Request("POST", URL, content=b"x" * 60 * KB))
     assert isinstance(rejected, Respond) and rejected.status == 413
     assert rejected.delay_s == 0.5 and rejected.applied == ("body-cap", "latency", "bandwidth", "cut-stream")
@@ -124,14 +129,23 @@ def test_gateway_timeout_waits_then_answers_its_page_without_forwarding(page: st
     assert sleeps.calls == [30]
     assert response.status_code == TIMEOUT_PAGES[page].status
     assert not calls
-    expected = {"nginx": "504 Gateway Time-out", "aws-alb": "504 Gateway Time-out",
-                "cloudflare": "524: A timeout occurred"}[page]
+    expected = {
+        "nginx": "504 Gateway Time-out",
+        "aws-alb": "504 Gateway Time-out",
+        "cloudflare": "524: A timeout occurred",
+    }[page]
     assert expected in response.text
 
 
 def test_status_page_answers_any_status_body_and_content_type() -> None:
-    box = Middlebox(upstream, [StatusPage(status=502, body='{"error": "bad gateway"}',
-                                          content_type="application/json", min_bytes=KB)])
+    box = Middlebox(
+        upstream,
+        [
+            StatusPage(
+                status=502, body='{"error": "bad gateway"}', content_type="application/json", min_bytes=KB
+            )
+        ],
+    )
     assert client(box).post(URL, content=b"x").status_code == 200
     blocked = client(box).post(URL, content=b"x" * KB)
     assert (blocked.status_code, blocked.json()) == (502, {"error": "bad gateway"})
@@ -175,15 +189,18 @@ def test_a_page_body_with_a_colon_has_no_compact_spec() -> None:
         fault_spec(StatusPage(status=500, body="error: boom"))
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("latency:inf", "delay_s must be a finite number, got inf"),
-    ("latency:nan", "delay_s must be a finite number, got nan"),
-    ("latency:1:jitter_s=2", "jitter_s must be within [0, delay_s (1.0)], got 2.0"),
-    ("bandwidth:0B", "rate must be > 0, got 0"),
-    ("cut-stream:-1", "n_bytes must be a size in bytes"),
-    ("timeout:5:iis", "page must be one of aws-alb, cloudflare, nginx, got 'iis'"),
-    ("status-page:99", "status must be an HTTP status within 100..599, got 99"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("latency:inf", "delay_s must be a finite number, got inf"),
+        ("latency:nan", "delay_s must be a finite number, got nan"),
+        ("latency:1:jitter_s=2", "jitter_s must be within [0, delay_s (1.0)], got 2.0"),
+        ("bandwidth:0B", "rate must be > 0, got 0"),
+        ("cut-stream:-1", "n_bytes must be a size in bytes"),
+        ("timeout:5:iis", "page must be one of aws-alb, cloudflare, nginx, got 'iis'"),
+        ("status-page:99", "status must be an HTTP status within 100..599, got 99"),
+    ],
+)
 def test_new_fault_specs_are_validated(spec: str, message: str) -> None:
     with pytest.raises(ScenarioError, match=re.escape(message)):
         parse_fault_spec(spec)

@@ -35,18 +35,38 @@ from simulator.proxy.scenario import (
 
 KB = 1024
 BUNDLED = (
-    "anthropic-200k-overflow", "bedrock-window-misconfigured", "cloudflare-waf-403", "corporate-128k-waf",
-    "envoy-503-masks-413", "eof-mid-post-512k", "floor-too-big", "gemini-1m-overflow", "header-431",
-    "max-tokens-over-model-cap", "max-tokens-truncation", "nginx-1m-413", "openai-128k-overflow",
-    "rate-limit-429", "rst-after-128k-small-history", "rst-after-256k", "screenshots-128k-waf",
-    "summarizer-overflows", "summarizer-refuses", "tight-cap-1.2x-system-prompt",
-    "tight-cap-1.35x-system-prompt", "tight-cap-1.5x-system-prompt", "waf-content-block-after-large-bodies",
-    "waf-content-block-right-after-a-413", "waf-content-block-set-aside-then-summarized",
-    "waf-content-block-under-learned-cap", "waf-content-rule-cut-by-size-compaction",
+    "anthropic-200k-overflow",
+    "bedrock-window-misconfigured",
+    "cloudflare-waf-403",
+    "corporate-128k-waf",
+    "envoy-503-masks-413",
+    "eof-mid-post-512k",
+    "floor-too-big",
+    "gemini-1m-overflow",
+    "header-431",
+    "max-tokens-over-model-cap",
+    "max-tokens-truncation",
+    "nginx-1m-413",
+    "openai-128k-overflow",
+    "rate-limit-429",
+    "rst-after-128k-small-history",
+    "rst-after-256k",
+    "screenshots-128k-waf",
+    "summarizer-overflows",
+    "summarizer-refuses",
+    "tight-cap-1.2x-system-prompt",
+    "tight-cap-1.35x-system-prompt",
+    "tight-cap-1.5x-system-prompt",
+    "waf-content-block-after-large-bodies",
+    "waf-content-block-right-after-a-413",
+    "waf-content-block-set-aside-then-summarized",
+    "waf-content-block-under-learned-cap",
+    "waf-content-rule-cut-by-size-compaction",
 )
 
 
 # -- bundled scenarios ------------------------------------------------------------------
+
 
 def test_list_scenarios_names_every_bundled_scenario() -> None:
     assert list_scenarios() == list(BUNDLED)
@@ -88,16 +108,36 @@ EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
     "tight-cap-1.2x-system-prompt": ("anthropic", ["body-cap"], "recovered", "payload_too_large"),
     "tight-cap-1.35x-system-prompt": ("openai-chat", ["body-cap"], "recovered", "payload_too_large"),
     "tight-cap-1.5x-system-prompt": ("bedrock-converse", ["body-cap"], "recovered", "payload_too_large"),
-    "waf-content-block-after-large-bodies": ("anthropic", ["content-match"], "content_blocked",
-                                             "waf_rejection"),
-    "waf-content-block-under-learned-cap": ("anthropic", ["body-cap", "content-match"], "recovered",
-                                            "payload_too_large"),
-    "waf-content-block-right-after-a-413": ("anthropic", ["body-cap", "content-match"], "recovered",
-                                            "payload_too_large"),
-    "waf-content-block-set-aside-then-summarized": ("anthropic", ["body-cap", "content-match"], "recovered",
-                                                    "payload_too_large"),
-    "waf-content-rule-cut-by-size-compaction": ("anthropic", ["content-match"], "content_blocked",
-                                                "waf_rejection"),
+    "waf-content-block-after-large-bodies": (
+        "anthropic",
+        ["content-match"],
+        "content_blocked",
+        "waf_rejection",
+    ),
+    "waf-content-block-under-learned-cap": (
+        "anthropic",
+        ["body-cap", "content-match"],
+        "recovered",
+        "payload_too_large",
+    ),
+    "waf-content-block-right-after-a-413": (
+        "anthropic",
+        ["body-cap", "content-match"],
+        "recovered",
+        "payload_too_large",
+    ),
+    "waf-content-block-set-aside-then-summarized": (
+        "anthropic",
+        ["body-cap", "content-match"],
+        "recovered",
+        "payload_too_large",
+    ),
+    "waf-content-rule-cut-by-size-compaction": (
+        "anthropic",
+        ["content-match"],
+        "content_blocked",
+        "waf_rejection",
+    ),
 }
 
 
@@ -140,8 +180,10 @@ def test_floor_too_big_system_prompt_is_over_the_cap() -> None:
 
 def test_rate_limit_scenario_fires_once_on_turn_three() -> None:
     box = load_scenario("rate-limit-429").build_middlebox(lambda r: httpx.Response(200, json={}))
-    statuses = [box(httpx.Request("POST", "http://mock/v1/chat/completions", content=b"{}")).status_code
-                for _ in range(5)]
+    statuses = [
+        box(httpx.Request("POST", "http://mock/v1/chat/completions", content=b"{}")).status_code
+        for _ in range(5)
+    ]
     assert statuses == [200, 200, 429, 200, 200]
 
 
@@ -179,8 +221,10 @@ def test_overflow_scenarios_window_is_hit_mid_run_by_their_transcript(name: str)
 def test_summarizer_scenarios_force_planned_compaction(name: str) -> None:
     scenario = load_scenario(name)
     policy = scenario.apply_policy()
-    assert scenario.summarizer.behaviour == {"summarizer-refuses": "refusing",
-                                             "summarizer-overflows": "overflowing"}[name]
+    assert (
+        scenario.summarizer.behaviour
+        == {"summarizer-refuses": "refusing", "summarizer-overflows": "overflowing"}[name]
+    )
     assert policy.context_window == 4000
     assert scenario.workload.transcript is not None
     total, _ = _transcript_weight(scenario.workload.transcript)
@@ -214,8 +258,12 @@ def write(tmp_path: Path, text: str, name: str = "s.toml") -> Path:
 def test_a_scenario_file_loads_by_path_with_defaults(tmp_path: Path) -> None:
     scenario = load_scenario(write(tmp_path, VALID))
     assert scenario == Scenario(
-        name="s", description="A test scenario.", provider=scenario.provider,
-        faults=(WafBlock(129 * KB, page="akamai"),), expect=scenario.expect, source=tmp_path / "s.toml",
+        name="s",
+        description="A test scenario.",
+        provider=scenario.provider,
+        faults=(WafBlock(129 * KB, page="akamai"),),
+        expect=scenario.expect,
+        source=tmp_path / "s.toml",
     )
     assert scenario.provider.model == "claude-sonnet-4-20250514"
     assert scenario.provider.context_window == 200_000
@@ -223,77 +271,144 @@ def test_a_scenario_file_loads_by_path_with_defaults(tmp_path: Path) -> None:
 
 
 def test_json_scenarios_load_too(tmp_path: Path) -> None:
-    document = {"description": "JSON form.", "provider": {"format": "gemini", "context_window": 5000},
-                "fault": [{"kind": "reset-after", "n_bytes": 1000, "probability": 0.25}],
-                "expect": {"outcome": "failed", "failure_kind": "transient_network"}, "seed": 9}
+    document = {
+        "description": "JSON form.",
+        "provider": {"format": "gemini", "context_window": 5000},
+        "fault": [{"kind": "reset-after", "n_bytes": 1000, "probability": 0.25}],
+        "expect": {"outcome": "failed", "failure_kind": "transient_network"},
+        "seed": 9,
+    }
     scenario = load_scenario(write(tmp_path, json.dumps(document), "j.json"))
     assert scenario.faults == (ResetAfter(1000, probability=0.25),)
     assert (scenario.seed, scenario.build_middlebox(None).faults) == (9, scenario.faults)
 
 
 ERRORS: list[tuple[str, str, str]] = [
-    ("unknown-kind", VALID.replace('kind = "waf-403-html"', 'kind = "waf"'),
-     "{file}: fault #1: unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
-     "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
-     "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html"),
-    ("missing-kind", VALID.replace('kind = "waf-403-html"\n', ""),
-     "{file}: fault #1: kind is missing; valid kinds: bandwidth, bedrock-html-403, body-cap, "
-     "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
-     "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html"),
-    ("bad-size", VALID.replace('"129KB"', '"lots"'),
-     "{file}: fault #1 (waf-403-html): min_bytes must be a size in bytes or a string such as \"128KB\" or "
-     "\"1.5MB\", got 'lots'"),
-    ("probability", VALID + '\n[[fault]]\nkind = "body-cap"\nlimit = "1MB"\nprobability = 1.5\n',
-     "{file}: fault #2 (body-cap): probability must be within [0, 1], got 1.5"),
-    ("unknown-fault-key", VALID.replace('page = "akamai"', 'pgae = "akamai"'),
-     "{file}: fault #1 (waf-403-html): unknown key 'pgae'; valid keys: from_turn, kind, min_bytes, page, "
-     "probability, until_turn"),
-    ("missing-fault-field", VALID.replace('kind = "waf-403-html"', 'kind = "body-cap"').replace(
-        'page = "akamai"', ""),
-     "{file}: fault #1 (body-cap): limit is missing, e.g. body-cap:128KB:nginx or "
-     "body-cap:128KB:waf-403-html"),
-    ("bad-page", VALID.replace('"akamai"', '"imperva"'),
-     "{file}: fault #1 (waf-403-html): page must be one of akamai, aws-waf, cloudflare, f5, modsecurity, "
-     "got 'imperva'"),
-    ("wrong-type", VALID.replace('page = "akamai"', "from_turn = true"),
-     "{file}: fault #1 (waf-403-html): from_turn must be an integer, got True"),
-    ("unknown-top-key", 'providr = "x"\n' + VALID,
-     "{file}: unknown top-level key 'providr'; valid keys: description, expect, fault, name, policy, "
-     "provider, seed, summarizer, workload"),
-    ("unknown-section-key", VALID.replace('format = "anthropic"', 'format = "anthropic"\nfromat = 1'),
-     "{file}: [provider] has unknown key 'fromat'; valid keys: context_window, format, "
-     "max_output_tokens_cap, model"),
-    ("bad-format", VALID.replace('"anthropic"', '"claude"'),
-     "{file}: [provider] format must be one of openai-chat, openai-responses, anthropic, gemini, "
-     "bedrock-converse, got 'claude'"),
-    ("missing-format", VALID.replace('format = "anthropic"', 'model = "m"'),
-     "{file}: [provider] format is missing; valid formats: openai-chat, openai-responses, anthropic, gemini, "
-     "bedrock-converse"),
-    ("bad-window", VALID.replace('format = "anthropic"', 'format = "anthropic"\ncontext_window = 0'),
-     "{file}: [provider] context_window must be > 0, got 0"),
-    ("missing-description", VALID.replace('description = "A test scenario."', ""),
-     "{file}: description is missing; add one line saying what the scenario shows"),
-    ("bad-outcome", VALID.replace('"recovered"', '"fine"'),
-     "{file}: [expect] outcome must be one of ok, recovered, retried, escalated, max_tokens_lowered, "
-     "content_blocked, no_compaction, fail_fast_floor, failed, got 'fine'"),
-    ("missing-expect", VALID.replace('[expect]\noutcome = "recovered"\n', ""),
-     "{file}: [expect] section is missing; it needs outcome = one of ok, recovered, retried, escalated, "
-     "max_tokens_lowered, content_blocked, no_compaction, fail_fast_floor, failed"),
-    ("bad-failure-kind", VALID + 'failure_kind = "boom"\n',
-     "{file}: [expect] failure_kind must be one of context_overflow, payload_too_large, waf_rejection, "
-     "suspected_payload, malformed_history, output_truncated, output_limit, auth, rate_limit, "
-     "transient_network, other, ok, got 'boom'"),
-    ("bad-level", VALID + "compaction_level = 4\n",
-     "{file}: [expect] compaction_level must be one of 0, 1, 2, 3, got 4"),
-    ("bad-behaviour", VALID + '\n[summarizer]\nbehaviour = "lazy"\n',
-     "{file}: [summarizer] behaviour must be one of extractive, refusing, too-short, slow, failing, "
-     "overflowing, got 'lazy'"),
-    ("bad-workload-size", VALID + '\n[workload]\nsystem_prompt_bytes = "big"\n',
-     "{file}: [workload] system_prompt_bytes must be a size in bytes or a string such as \"128KB\" or "
-     "\"1.5MB\", got 'big'"),
+    (
+        "unknown-kind",
+        VALID.replace('kind = "waf-403-html"', 'kind = "waf"'),
+        "{file}: fault #1: unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+        "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
+        "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html",
+    ),
+    (
+        "missing-kind",
+        VALID.replace('kind = "waf-403-html"\n', ""),
+        "{file}: fault #1: kind is missing; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+        "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
+        "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html",
+    ),
+    (
+        "bad-size",
+        VALID.replace('"129KB"', '"lots"'),
+        '{file}: fault #1 (waf-403-html): min_bytes must be a size in bytes or a string such as "128KB" or '
+        "\"1.5MB\", got 'lots'",
+    ),
+    (
+        "probability",
+        VALID + '\n[[fault]]\nkind = "body-cap"\nlimit = "1MB"\nprobability = 1.5\n',
+        "{file}: fault #2 (body-cap): probability must be within [0, 1], got 1.5",
+    ),
+    (
+        "unknown-fault-key",
+        VALID.replace('page = "akamai"', 'pgae = "akamai"'),
+        "{file}: fault #1 (waf-403-html): unknown key 'pgae'; valid keys: from_turn, kind, min_bytes, page, "
+        "probability, until_turn",
+    ),
+    (
+        "missing-fault-field",
+        VALID.replace('kind = "waf-403-html"', 'kind = "body-cap"').replace('page = "akamai"', ""),
+        "{file}: fault #1 (body-cap): limit is missing, e.g. body-cap:128KB:nginx or "
+        "body-cap:128KB:waf-403-html",
+    ),
+    (
+        "bad-page",
+        VALID.replace('"akamai"', '"imperva"'),
+        "{file}: fault #1 (waf-403-html): page must be one of akamai, aws-waf, cloudflare, f5, modsecurity, "
+        "got 'imperva'",
+    ),
+    (
+        "wrong-type",
+        VALID.replace('page = "akamai"', "from_turn = true"),
+        "{file}: fault #1 (waf-403-html): from_turn must be an integer, got True",
+    ),
+    (
+        "unknown-top-key",
+        'providr = "x"\n' + VALID,
+        "{file}: unknown top-level key 'providr'; valid keys: description, expect, fault, name, policy, "
+        "provider, seed, summarizer, workload",
+    ),
+    (
+        "unknown-section-key",
+        VALID.replace('format = "anthropic"', 'format = "anthropic"\nfromat = 1'),
+        "{file}: [provider] has unknown key 'fromat'; valid keys: context_window, format, "
+        "max_output_tokens_cap, model",
+    ),
+    (
+        "bad-format",
+        VALID.replace('"anthropic"', '"claude"'),
+        "{file}: [provider] format must be one of openai-chat, openai-responses, anthropic, gemini, "
+        "bedrock-converse, got 'claude'",
+    ),
+    (
+        "missing-format",
+        VALID.replace('format = "anthropic"', 'model = "m"'),
+        "{file}: [provider] format is missing; valid formats: openai-chat, openai-responses, "
+        "anthropic, gemini, "
+        "bedrock-converse",
+    ),
+    (
+        "bad-window",
+        VALID.replace('format = "anthropic"', 'format = "anthropic"\ncontext_window = 0'),
+        "{file}: [provider] context_window must be > 0, got 0",
+    ),
+    (
+        "missing-description",
+        VALID.replace('description = "A test scenario."', ""),
+        "{file}: description is missing; add one line saying what the scenario shows",
+    ),
+    (
+        "bad-outcome",
+        VALID.replace('"recovered"', '"fine"'),
+        "{file}: [expect] outcome must be one of ok, recovered, retried, escalated, max_tokens_lowered, "
+        "content_blocked, no_compaction, fail_fast_floor, failed, got 'fine'",
+    ),
+    (
+        "missing-expect",
+        VALID.replace('[expect]\noutcome = "recovered"\n', ""),
+        "{file}: [expect] section is missing; it needs outcome = one of ok, recovered, retried, escalated, "
+        "max_tokens_lowered, content_blocked, no_compaction, fail_fast_floor, failed",
+    ),
+    (
+        "bad-failure-kind",
+        VALID + 'failure_kind = "boom"\n',
+        "{file}: [expect] failure_kind must be one of context_overflow, payload_too_large, waf_rejection, "
+        "suspected_payload, malformed_history, output_truncated, output_limit, auth, rate_limit, "
+        "transient_network, other, ok, got 'boom'",
+    ),
+    (
+        "bad-level",
+        VALID + "compaction_level = 4\n",
+        "{file}: [expect] compaction_level must be one of 0, 1, 2, 3, got 4",
+    ),
+    (
+        "bad-behaviour",
+        VALID + '\n[summarizer]\nbehaviour = "lazy"\n',
+        "{file}: [summarizer] behaviour must be one of extractive, refusing, too-short, slow, failing, "
+        "overflowing, got 'lazy'",
+    ),
+    (
+        "bad-workload-size",
+        VALID + '\n[workload]\nsystem_prompt_bytes = "big"\n',
+        '{file}: [workload] system_prompt_bytes must be a size in bytes or a string such as "128KB" or '
+        "\"1.5MB\", got 'big'",
+    ),
     ("bad-seed", "seed = -1\n" + VALID, "{file}: seed must be an integer >= 0, got -1"),
-    ("fault-not-array", VALID.replace("[[fault]]", "[fault]"),
-     "{file}: fault must be an array of tables ([[fault]] in TOML)"),
+    (
+        "fault-not-array",
+        VALID.replace("[[fault]]", "[fault]"),
+        "{file}: fault must be an array of tables ([[fault]] in TOML)",
+    ),
 ]
 
 
@@ -306,7 +421,7 @@ def test_validation_errors_name_the_file_and_field(tmp_path: Path, text: str, me
 
 
 def test_policy_overrides_are_validated_by_the_policy(tmp_path: Path) -> None:
-    path = write(tmp_path, VALID + '\n[policy]\ncontext_windw = 8000\n')
+    path = write(tmp_path, VALID + "\n[policy]\ncontext_windw = 8000\n")
     expected = f"{path}: [policy] Policy has no field 'context_windw'"
     with pytest.raises(ScenarioError, match=re.escape(expected)):
         load_scenario(path)
@@ -347,8 +462,10 @@ SPECS: list[tuple[str, Fault]] = [
     ("body-cap:256KB:reset-after", ResetAfter(256 * KB)),
     ("body-cap:512KB:close-after-body", CloseAfterBody(min_bytes=512 * KB + 1)),
     ("header-cap:8KB", HeaderCap(8 * KB)),
-    ("waf-403-html:akamai:min_bytes=129KB:probability=0.5",
-     WafBlock(129 * KB, page="akamai", probability=0.5)),
+    (
+        "waf-403-html:akamai:min_bytes=129KB:probability=0.5",
+        WafBlock(129 * KB, page="akamai", probability=0.5),
+    ),
     ("bedrock-html-403:min_bytes=128000B", BedrockHtml403(128_000)),
     ("reset-after:256KB:from_turn=2", ResetAfter(256 * KB, from_turn=2)),
     ("close-after-body", CloseAfterBody()),
@@ -365,33 +482,64 @@ def test_parse_fault_spec(spec: str, fault: Fault) -> None:
 
 
 SPEC_ERRORS = [
-    ("waf", "fault spec 'waf': unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
-            "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
-            "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html (form "
-            "KIND[:VALUE...][:key=value...], e.g. "
-            "body-cap:128KB:nginx)"),
-    ("body-cap", "fault spec 'body-cap' (body-cap): limit is missing, e.g. body-cap:128KB:nginx or "
-                 "body-cap:128KB:waf-403-html"),
-    ("body-cap:huge", "fault spec 'body-cap:huge' (body-cap): limit must be a size in bytes or a string such "
-                      "as \"128KB\" or \"1.5MB\", got 'huge'"),
-    ("body-cap:huge:waf-403-html", "fault spec 'body-cap:huge:waf-403-html' (body-cap): limit must be a size "
-                                   "in bytes or a string such as \"128KB\" or \"1.5MB\", got 'huge'"),
-    ("body-cap:1MB:iis", "fault spec 'body-cap:1MB:iis' (body-cap): response must be one of aws-alb, "
-                         "cloudflare, envoy, json-error, json-message, nginx, got 'iis'"),
-    ("header-cap:8KB:16KB", "fault spec 'header-cap:8KB:16KB': too many values for header-cap (expected "
-                            "limit); e.g. header-cap:8KB"),
-    ("close-after-body:5", "fault spec 'close-after-body:5': too many values for close-after-body (expected "
-                           "no positional values); e.g. close-after-body:min_bytes=512KB"),
-    ("reset-after:262144", "fault spec 'reset-after:262144' (reset-after): n_bytes needs a unit: '262144' "
-                           "would mean megabytes to parse_payload_size; write '262144B' for bytes or e.g. "
-                           "'128KB'"),
+    (
+        "waf",
+        "fault spec 'waf': unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+        "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
+        "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html (form "
+        "KIND[:VALUE...][:key=value...], e.g. "
+        "body-cap:128KB:nginx)",
+    ),
+    (
+        "body-cap",
+        "fault spec 'body-cap' (body-cap): limit is missing, e.g. body-cap:128KB:nginx or "
+        "body-cap:128KB:waf-403-html",
+    ),
+    (
+        "body-cap:huge",
+        "fault spec 'body-cap:huge' (body-cap): limit must be a size in bytes or a string such "
+        'as "128KB" or "1.5MB", got \'huge\'',
+    ),
+    (
+        "body-cap:huge:waf-403-html",
+        "fault spec 'body-cap:huge:waf-403-html' (body-cap): limit must be a size "
+        'in bytes or a string such as "128KB" or "1.5MB", got \'huge\'',
+    ),
+    (
+        "body-cap:1MB:iis",
+        "fault spec 'body-cap:1MB:iis' (body-cap): response must be one of aws-alb, "
+        "cloudflare, envoy, json-error, json-message, nginx, got 'iis'",
+    ),
+    (
+        "header-cap:8KB:16KB",
+        "fault spec 'header-cap:8KB:16KB': too many values for header-cap (expected "
+        "limit); e.g. header-cap:8KB",
+    ),
+    (
+        "close-after-body:5",
+        "fault spec 'close-after-body:5': too many values for close-after-body (expected "
+        "no positional values); e.g. close-after-body:min_bytes=512KB",
+    ),
+    (
+        "reset-after:262144",
+        "fault spec 'reset-after:262144' (reset-after): n_bytes needs a unit: '262144' "
+        "would mean megabytes to parse_payload_size; write '262144B' for bytes or e.g. "
+        "'128KB'",
+    ),
     ("slow-close:soon", "fault spec 'slow-close:soon' (slow-close): delay_s must be a number, got 'soon'"),
-    ("waf-403-html:probability=2", "fault spec 'waf-403-html:probability=2' (waf-403-html): probability must "
-                                   "be within [0, 1], got 2.0"),
-    ("waf-403-html:colour=red", "fault spec 'waf-403-html:colour=red' (waf-403-html): unknown key 'colour'; "
-                                "valid keys: from_turn, kind, min_bytes, page, probability, until_turn"),
-    ("reset-after:1KB:from_turn=2:from_turn=3",
-     "fault spec 'reset-after:1KB:from_turn=2:from_turn=3': option 'from_turn' is given twice"),
+    (
+        "waf-403-html:probability=2",
+        "fault spec 'waf-403-html:probability=2' (waf-403-html): probability must be within [0, 1], got 2.0",
+    ),
+    (
+        "waf-403-html:colour=red",
+        "fault spec 'waf-403-html:colour=red' (waf-403-html): unknown key 'colour'; "
+        "valid keys: from_turn, kind, min_bytes, page, probability, until_turn",
+    ),
+    (
+        "reset-after:1KB:from_turn=2:from_turn=3",
+        "fault spec 'reset-after:1KB:from_turn=2:from_turn=3': option 'from_turn' is given twice",
+    ),
 ]
 
 

@@ -28,11 +28,14 @@ def no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_openai_sdk_sees_a_cut_chat_stream_as_a_connection_error() -> None:
     service = MockService([MockProvider("openai-chat", context_window=100_000, script=lambda r: TEXT)])
-    with LoopbackServer(Middlebox(service, [CutStream(n_bytes=CUT)])) as server, openai.OpenAI(
-            base_url=server.base_url + "/v1", api_key="sk-test", max_retries=0) as client:
+    with (
+        LoopbackServer(Middlebox(service, [CutStream(n_bytes=CUT)])) as server,
+        openai.OpenAI(base_url=server.base_url + "/v1", api_key="sk-test", max_retries=0) as client,
+    ):
         received = []
-        stream = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
-                                                stream=True)
+        stream = client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
         with pytest.raises(Exception) as caught:
             for chunk in stream:
                 received.append(chunk.choices[0].delta.content or "")
@@ -40,18 +43,26 @@ def test_the_openai_sdk_sees_a_cut_chat_stream_as_a_connection_error() -> None:
     text = "".join(received)
     assert text and TEXT.startswith(text) and text != TEXT
     (record,) = server.records
-    assert (record.outcome, record.status, record.response_bytes, record.fault) == ("cut-stream", 200, CUT,
-                                                                                   "cut-stream")
+    assert (record.outcome, record.status, record.response_bytes, record.fault) == (
+        "cut-stream",
+        200,
+        CUT,
+        "cut-stream",
+    )
 
 
 def test_the_anthropic_sdk_sees_a_cut_message_stream_as_a_connection_error() -> None:
     provider = MockProvider("anthropic", context_window=100_000, script=lambda r: TEXT)
-    with LoopbackServer(Middlebox(provider, [CutStream(n_bytes=3 * CUT)])) as server, anthropic.Anthropic(
-            base_url=server.base_url, api_key="sk-test", max_retries=0) as client:
+    with (
+        LoopbackServer(Middlebox(provider, [CutStream(n_bytes=3 * CUT)])) as server,
+        anthropic.Anthropic(base_url=server.base_url, api_key="sk-test", max_retries=0) as client,
+    ):
         received = []
         messages = [{"role": "user", "content": "hi"}]
-        with pytest.raises(Exception) as caught, client.messages.stream(
-                model="claude-sonnet-4", max_tokens=1024, messages=messages) as stream:
+        with (
+            pytest.raises(Exception) as caught,
+            client.messages.stream(model="claude-sonnet-4", max_tokens=1024, messages=messages) as stream,
+        ):
             for text in stream.text_stream:
                 received.append(text)
     assert type(caught.value).__name__ in BROKEN_STREAM

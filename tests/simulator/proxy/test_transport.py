@@ -27,8 +27,16 @@ from simulator.proxy.middlebox import Middlebox
 
 # The same dropped connection surfaces as any of these depending on size and timing (DESIGN.md).
 DROPPED_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError)
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
-                   "http_proxy", "https_proxy", "all_proxy", "no_proxy")
+PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+)
 KB = 1024
 
 
@@ -45,9 +53,15 @@ def client() -> httpx.Client:
 
 
 def echo(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(200, json={"method": request.method, "path": request.url.raw_path.decode(),
-                                     "body_bytes": len(request.content),
-                                     "turn_header": request.headers.get(TURN_HEADER)})
+    return httpx.Response(
+        200,
+        json={
+            "method": request.method,
+            "path": request.url.raw_path.decode(),
+            "body_bytes": len(request.content),
+            "turn_header": request.headers.get(TURN_HEADER),
+        },
+    )
 
 
 def ok_upstream(request: httpx.Request) -> httpx.Response:
@@ -71,11 +85,16 @@ def raw_exchange(server: LoopbackServer, data: bytes) -> bytes:
 
 # -- in-process ------------------------------------------------------------------------
 
+
 def test_mount_inprocess_serves_the_handler_under_its_base_url() -> None:
     with httpx.Client(transport=mount_inprocess(echo, base_url="http://mock.local/api")) as client:
         answer = client.post("http://mock.local/api/v1/chat/completions", content=b"abc").json()
-        assert answer == {"method": "POST", "path": "/api/v1/chat/completions", "body_bytes": 3,
-                          "turn_header": None}
+        assert answer == {
+            "method": "POST",
+            "path": "/api/v1/chat/completions",
+            "body_bytes": 3,
+            "turn_header": None,
+        }
         with pytest.raises(httpx.ConnectError, match="nothing is mounted at http://other.local/api/x"):
             client.get("http://other.local/api/x")
         with pytest.raises(httpx.ConnectError, match="this mock serves http://mock.local/api"):
@@ -116,17 +135,24 @@ def test_respx_router_also_works_as_a_mock_transport() -> None:
 
 # -- loopback: answering ---------------------------------------------------------------
 
+
 def test_handler_served_over_loopback_answers_httpx_with_keep_alive(client: httpx.Client) -> None:
     with LoopbackServer(echo) as server:
         assert server.base_url == f"http://127.0.0.1:{server.port}"
         first = client.post(server.base_url + "/v1/chat/completions?x=1", content=b"y" * 3000)
         second = client.get(server.base_url + "/models")
-    assert first.json() == {"method": "POST", "path": "/v1/chat/completions?x=1", "body_bytes": 3000,
-                            "turn_header": None}
+    assert first.json() == {
+        "method": "POST",
+        "path": "/v1/chat/completions?x=1",
+        "body_bytes": 3000,
+        "turn_header": None,
+    }
     assert second.json()["path"] == "/models"
     assert "connection" not in first.headers  # a normal answer keeps the connection
     assert [(r.turn, r.method, r.outcome, r.status, r.body_bytes) for r in server.records] == [
-        (1, "POST", "answered", 200, 3000), (2, "GET", "answered", 200, 0)]
+        (1, "POST", "answered", 200, 3000),
+        (2, "GET", "answered", 200, 0),
+    ]
     assert all(record.outcome in OUTCOMES for record in server.records)
 
 
@@ -139,6 +165,7 @@ def test_turn_comes_from_the_turn_header_when_present(client: httpx.Client) -> N
         def decide(self, request: httpx.Request, turn: int | None = None) -> object:
             turns.append(turn)
             from simulator.proxy.faults import Forward
+
             return Forward()
 
     with LoopbackServer(RecordingBox()) as server:
@@ -153,12 +180,14 @@ def test_turn_comes_from_the_turn_header_when_present(client: httpx.Client) -> N
 
 
 def test_concurrent_clients_are_all_answered() -> None:
-    with LoopbackServer(echo) as server, httpx.Client(
-        trust_env=False, timeout=10.0, limits=httpx.Limits(max_connections=32)
-    ) as client:
+    with (
+        LoopbackServer(echo) as server,
+        httpx.Client(trust_env=False, timeout=10.0, limits=httpx.Limits(max_connections=32)) as client,
+    ):
         with ThreadPoolExecutor(32) as pool:
-            replies = list(pool.map(lambda i: client.post(f"{server.base_url}/r/{i}", content=b"z" * i),
-                                    range(32)))
+            replies = list(
+                pool.map(lambda i: client.post(f"{server.base_url}/r/{i}", content=b"z" * i), range(32))
+            )
     assert [reply.json()["path"] for reply in replies] == [f"/r/{i}" for i in range(32)]
     assert [reply.json()["body_bytes"] for reply in replies] == list(range(32))
     assert sorted(record.turn for record in server.records) == list(range(1, 33))
@@ -170,8 +199,9 @@ def test_openai_sdk_talks_to_a_mock_provider_over_loopback() -> None:
     with LoopbackServer(provider) as server:
         sdk = openai.OpenAI(base_url=server.base_url + "/v1", api_key="x", max_retries=0)
         try:
-            completion = sdk.chat.completions.create(model="gpt-4o",
-                                                     messages=[{"role": "user", "content": "hi"}])
+            completion = sdk.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+            )
         finally:
             sdk.close()
     assert completion.choices[0].message.content == "Hello over TCP"
@@ -187,8 +217,9 @@ def test_openai_sdk_sees_the_waf_page_behind_a_middlebox() -> None:
         sdk = openai.OpenAI(base_url=server.base_url + "/v1", api_key="x", max_retries=0)
         try:
             with pytest.raises(openai.PermissionDeniedError) as caught:
-                sdk.chat.completions.create(model="gpt-4o",
-                                            messages=[{"role": "user", "content": "q" * 120 * KB}])
+                sdk.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": "q" * 120 * KB}]
+                )
         finally:
             sdk.close()
     assert caught.value.status_code == 403
@@ -198,6 +229,7 @@ def test_openai_sdk_sees_the_waf_page_behind_a_middlebox() -> None:
 
 # -- loopback: faults --------------------------------------------------------------------
 
+
 def test_reset_after_n_body_bytes_surfaces_as_a_dropped_connection(client: httpx.Client) -> None:
     box = Middlebox(ok_upstream, [ResetAfter(64 * KB)])
     with LoopbackServer(box) as server:
@@ -206,10 +238,13 @@ def test_reset_after_n_body_bytes_surfaces_as_a_dropped_connection(client: httpx
             client.post(server.base_url + "/v1/messages", content=b"x" * 200 * KB)
         assert client.get(server.base_url + "/after").status_code == 200  # the server survives
     assert [(r.turn, r.outcome, r.status, r.body_bytes, r.content_length) for r in server.records] == [
-        (1, "answered", 200, 10 * KB, 10 * KB), (2, "reset-after", None, 64 * KB, 200 * KB),
-        (3, "answered", 200, 0, 0)]
+        (1, "answered", 200, 10 * KB, 10 * KB),
+        (2, "reset-after", None, 64 * KB, 200 * KB),
+        (3, "answered", 200, 0, 0),
+    ]
     assert [(rejection.kind, rejection.request_bytes) for rejection in box.rejections] == [
-        ("reset-after", 200 * KB)]
+        ("reset-after", 200 * KB)
+    ]
 
 
 def test_reset_after_n_bytes_resets_mid_post_while_the_client_is_still_sending() -> None:
@@ -224,7 +259,11 @@ def test_reset_after_n_bytes_resets_mid_post_while_the_client_is_still_sending()
                 sock.sendall(b"x" * (declared - sent_first))
     (record,) = server.records
     assert (record.outcome, record.status, record.body_bytes, record.content_length) == (
-        "reset-after", None, 64 * KB, declared)
+        "reset-after",
+        None,
+        64 * KB,
+        declared,
+    )
     assert record.detail == f"dropped after {64 * KB} body bytes"
 
 
@@ -248,7 +287,11 @@ def test_a_body_cap_answers_from_the_content_length_before_any_body_arrives() ->
     assert b"connection: close" in answer.lower()
     (record,) = server.records
     assert (record.outcome, record.status, record.body_bytes, record.content_length) == (
-        "responded", 413, 0, 512 * KB)
+        "responded",
+        413,
+        0,
+        512 * KB,
+    )
 
 
 def test_faults_that_need_the_body_keep_reading_it_whole(client: httpx.Client) -> None:
@@ -260,8 +303,10 @@ def test_faults_that_need_the_body_keep_reading_it_whole(client: httpx.Client) -
         with pytest.raises(DROPPED_CONNECTION):  # chunked: no declared size, decided on the full body
             client.post(server.base_url + "/v1/messages", content=iter([b"x" * 100 * KB] * 2))
     assert [(r.outcome, r.body_bytes, r.content_length) for r in server.records] == [
-        ("reset-after", 8 * KB, 256 * KB), ("close-after-body", 256 * KB, 256 * KB),
-        ("reset-after", 200 * KB, None)]
+        ("reset-after", 8 * KB, 256 * KB),
+        ("close-after-body", 256 * KB, 256 * KB),
+        ("reset-after", 200 * KB, None),
+    ]
 
 
 def test_close_after_body_surfaces_as_remote_protocol_error_family(client: httpx.Client) -> None:
@@ -281,9 +326,10 @@ def test_slow_close_closes_after_its_delay(client: httpx.Client) -> None:
 
 
 def test_idle_timeout_runs_until_the_client_gives_up() -> None:
-    with LoopbackServer(Middlebox(ok_upstream, [IdleTimeout(delay_s=60)])) as server, httpx.Client(
-        trust_env=False, timeout=0.3
-    ) as client:
+    with (
+        LoopbackServer(Middlebox(ok_upstream, [IdleTimeout(delay_s=60)])) as server,
+        httpx.Client(trust_env=False, timeout=0.3) as client,
+    ):
         with pytest.raises(httpx.ReadTimeout):
             client.post(server.base_url + "/v1/messages", content=b"x")
     assert server.records[0].outcome == "idle-timeout"
@@ -391,9 +437,11 @@ def test_connections_over_the_limit_get_503_when_every_slot_is_serving_a_request
         release.wait(5.0)
         return httpx.Response(200, text="done")
 
-    with LoopbackServer(blocking, max_connections=1) as server, ThreadPoolExecutor(1) as pool, httpx.Client(
-        trust_env=False, timeout=5.0
-    ) as client:
+    with (
+        LoopbackServer(blocking, max_connections=1) as server,
+        ThreadPoolExecutor(1) as pool,
+        httpx.Client(trust_env=False, timeout=5.0) as client,
+    ):
         first = pool.submit(client.get, server.base_url + "/first")
         assert entered.wait(5.0)
         with httpx.Client(trust_env=False, timeout=5.0) as other:
@@ -401,8 +449,9 @@ def test_connections_over_the_limit_get_503_when_every_slot_is_serving_a_request
         release.set()
         assert first.result(timeout=5.0).text == "done"
     assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
-    assert busy.text == ("server busy: all 1 connections (max_connections) are serving requests; "
-                         "retry shortly\n")
+    assert busy.text == (
+        "server busy: all 1 connections (max_connections) are serving requests; retry shortly\n"
+    )
 
 
 def test_at_the_connection_limit_a_connection_stalled_in_its_head_makes_room(client: httpx.Client) -> None:
@@ -443,7 +492,8 @@ def test_a_client_leaving_mid_body_is_recorded() -> None:
         while not server.records and time.monotonic() < deadline:
             time.sleep(0.01)
     assert [(record.outcome, record.path, record.status) for record in server.records] == [
-        ("client-gone", "/v1/messages", None)]
+        ("client-gone", "/v1/messages", None)
+    ]
 
 
 def test_malformed_http_gets_400_and_a_close() -> None:
@@ -455,22 +505,32 @@ def test_malformed_http_gets_400_and_a_close() -> None:
 
 # -- loopback: forwarding ------------------------------------------------------------------
 
+
 def test_forwarding_to_an_upstream_loopback_server_behind_a_waf(client: httpx.Client) -> None:
-    with LoopbackServer(echo) as upstream, LoopbackServer(
-        Middlebox(None, [WafBlock(min_bytes=50 * KB)]), upstream=upstream.base_url + "/base"
-    ) as proxy:
-        relayed = client.post(proxy.base_url + "/v1/messages?beta=1", content=b"x" * 10 * KB,
-                              headers={TURN_HEADER: "3"})
+    with (
+        LoopbackServer(echo) as upstream,
+        LoopbackServer(
+            Middlebox(None, [WafBlock(min_bytes=50 * KB)]), upstream=upstream.base_url + "/base"
+        ) as proxy,
+    ):
+        relayed = client.post(
+            proxy.base_url + "/v1/messages?beta=1", content=b"x" * 10 * KB, headers={TURN_HEADER: "3"}
+        )
         blocked = client.post(proxy.base_url + "/v1/messages", content=b"x" * 60 * KB)
-    assert relayed.json() == {"method": "POST", "path": "/base/v1/messages?beta=1", "body_bytes": 10 * KB,
-                              "turn_header": None}
+    assert relayed.json() == {
+        "method": "POST",
+        "path": "/base/v1/messages?beta=1",
+        "body_bytes": 10 * KB,
+        "turn_header": None,
+    }
     assert blocked.status_code == 403
     assert [record.outcome for record in proxy.records] == ["forwarded", "responded"]
     assert len(upstream.records) == 1
 
 
-def test_plain_forwarding_ignores_proxy_environment(monkeypatch: pytest.MonkeyPatch,
-                                                    client: httpx.Client) -> None:
+def test_plain_forwarding_ignores_proxy_environment(
+    monkeypatch: pytest.MonkeyPatch, client: httpx.Client
+) -> None:
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # a dead proxy: trust_env=False must skip it
     monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:9")
     with LoopbackServer(echo) as upstream, LoopbackServer(None, upstream=upstream.base_url) as proxy:
@@ -493,8 +553,11 @@ def test_a_gzip_upstream_body_is_relayed_still_encoded(client: httpx.Client) -> 
     payload = json.dumps({"greeting": "hello"}).encode()
 
     def gzipped(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-encoding": "gzip", "content-type": "application/json"},
-                              content=gzip.compress(payload))
+        return httpx.Response(
+            200,
+            headers={"content-encoding": "gzip", "content-type": "application/json"},
+            content=gzip.compress(payload),
+        )
 
     with LoopbackServer(gzipped) as upstream, LoopbackServer(None, upstream=upstream.base_url) as proxy:
         reply = client.get(proxy.base_url + "/g")
@@ -502,6 +565,7 @@ def test_a_gzip_upstream_body_is_relayed_still_encoded(client: httpx.Client) -> 
 
 
 # -- lifecycle and validation --------------------------------------------------------------
+
 
 def test_stop_shuts_down_inside_the_loop_even_with_a_silent_connection_open() -> None:
     server = LoopbackServer(Middlebox(ok_upstream, [IdleTimeout(delay_s=60)])).start()
@@ -547,8 +611,9 @@ def test_localhost_binds_the_ipv4_loopback(client: httpx.Client) -> None:
         (echo, {"port": 70000}, "port must be within 0..65535"),
     ],
 )
-def test_invalid_configuration_is_rejected_up_front(app: object, kwargs: dict[str, object],
-                                                    message: str) -> None:
+def test_invalid_configuration_is_rejected_up_front(
+    app: object, kwargs: dict[str, object], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         LoopbackServer(app, **kwargs)  # type: ignore[arg-type]
 

@@ -34,8 +34,13 @@ from simulator.summarizers import make_summarizer
 from simulator.transcripts.loaders import Transcript, transcript_from_messages
 from simulator.workloads import load_named_transcript
 
-PEERS = ("cline-drop-half", "cline-drop-three-quarters", "langchain-keep-last-n", "observation-masking",
-         "summarize-everything")
+PEERS = (
+    "cline-drop-half",
+    "cline-drop-three-quarters",
+    "langchain-keep-last-n",
+    "observation-masking",
+    "summarize-everything",
+)
 LOSSLESS = ("no-recovery", "cap-bisection")
 WAF_THRESHOLD = 40_000  # the Bedrock-style HTML 403 of the bisection scenario fires at this body size
 PASTE_CHARS = 300_000
@@ -50,8 +55,10 @@ def tool_steps(count: int) -> list[Message]:
     """``count`` agent steps: an assistant message with one call, then its result."""
     steps: list[Message] = []
     for i in range(count):
-        steps += [Message.assistant(f"step {i}", [ToolCall(f"c{i}", "cat")]),
-                  Message.tool(f"c{i}", f"out {i}")]
+        steps += [
+            Message.assistant(f"step {i}", [ToolCall(f"c{i}", "cat")]),
+            Message.tool(f"c{i}", f"out {i}"),
+        ]
     return steps
 
 
@@ -171,8 +178,13 @@ def test_trim_last_keeps_the_system_and_the_last_messages_starting_on_a_user_mes
 
 
 def test_trim_last_keeps_only_the_system_when_the_window_holds_no_user_message() -> None:
-    history = [Message.system("rules"), Message.user("go"), Message.assistant("x", [ToolCall("c", "ls")]),
-               Message.tool("c", "out"), Message.assistant("done")]
+    history = [
+        Message.system("rules"),
+        Message.user("go"),
+        Message.assistant("x", [ToolCall("c", "ls")]),
+        Message.tool("c", "out"),
+        Message.assistant("done"),
+    ]
 
     assert contents(trim_last(history, 3)) == ["rules"]
 
@@ -328,10 +340,12 @@ def pasted_chat() -> Transcript:
 
 def bedrock_waf() -> Scenario:
     return scenario_from_document(
-        {"description": "Bedrock-style HTML 403 for bodies of 40 000 bytes or more, from the first turn.",
-         "provider": {"format": "openai-chat", "model": "gpt-4o"},
-         "fault": [{"kind": "bedrock-html-403", "min_bytes": WAF_THRESHOLD}],
-         "expect": {"outcome": "recovered"}},
+        {
+            "description": "Bedrock-style HTML 403 for bodies of 40 000 bytes or more, from the first turn.",
+            "provider": {"format": "openai-chat", "model": "gpt-4o"},
+            "fault": [{"kind": "bedrock-html-403", "min_bytes": WAF_THRESHOLD}],
+            "expect": {"outcome": "recovered"},
+        },
         name="waf-40k",
     )
 

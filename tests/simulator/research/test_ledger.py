@@ -39,10 +39,13 @@ def agent_conversation() -> list[Message]:
     return [
         Message.system("You are a coding agent."),
         Message.user(ASK),
-        Message.assistant("running both", tool_calls=[
-            ToolCall("call_1", "bash", '{"cmd": "rm -rf build"}'),
-            ToolCall("call_2", "read_file", '{"path": "build.log"}'),
-        ]),
+        Message.assistant(
+            "running both",
+            tool_calls=[
+                ToolCall("call_1", "bash", '{"cmd": "rm -rf build"}'),
+                ToolCall("call_2", "read_file", '{"path": "build.log"}'),
+            ],
+        ),
         Message.tool("call_1", RESULT),
         Message.tool("call_2", RESULT),  # the same 5,000 chars again
         Message.user("here is the screen", images=(Image(data=PNG),)),
@@ -213,9 +216,11 @@ def test_result_ids_come_from_the_index_or_from_the_position_after_their_call() 
     def index(first_line: str, second_line: str) -> str:
         arguments = marker(members["{}"])
         calls = f"\n[tool_call c1 read: {arguments}]\n[tool_call c2 grep: {arguments}]"
-        return (RANGE_HEADER % 3 + f"[assistant]: {marker(members[''])}{calls}\n\n"
-                f"[tool]: {marker(members['one'])}{first_line}\n\n"
-                f"[tool]: {marker(members['two'])}{second_line}\n\n")
+        return (
+            RANGE_HEADER % 3 + f"[assistant]: {marker(members[''])}{calls}\n\n"
+            f"[tool]: {marker(members['one'])}{first_line}\n\n"
+            f"[tool]: {marker(members['two'])}{second_line}\n\n"
+        )
 
     original = [call, *results]
     for lines, expected in (
@@ -322,8 +327,11 @@ def test_an_entry_written_after_its_marker_was_seen_is_counted_once_written() ->
 
 
 # -- incremental: the same answer as from scratch, each message and entry examined once -----------
-STEPS = st.lists(st.sampled_from(["feed", "feed", "feed", "micro", "truncate", "keep", "shrink", "drop"]),
-                 min_size=1, max_size=40)
+STEPS = st.lists(
+    st.sampled_from(["feed", "feed", "feed", "micro", "truncate", "keep", "shrink", "drop"]),
+    min_size=1,
+    max_size=40,
+)
 
 
 MICRO = {"min_content": 600, "head_chars": 100, "tail_chars": 50}

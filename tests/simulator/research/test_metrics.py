@@ -87,7 +87,12 @@ def test_attempt_record_is_frozen_and_converts_to_a_row_in_column_order() -> Non
 @pytest.mark.parametrize(
     "outcome",
     [
-        "ok", "rejected:payload_too_large", "recovered@L1", "recovered@L3", "failed", "fail_fast_floor",
+        "ok",
+        "rejected:payload_too_large",
+        "recovered@L1",
+        "recovered@L3",
+        "failed",
+        "fail_fast_floor",
         "truncated",
     ],
 )
@@ -129,7 +134,9 @@ def test_records_to_frame_of_no_records_is_an_empty_typed_frame() -> None:
 def every_char(messages: list[Message]) -> int:
     """All the chars the ledger accounts for: roles, contents, call ids, tool names, arguments."""
     return sum(
-        len(m.role) + len(m.content) + len(m.tool_call_id or "")
+        len(m.role)
+        + len(m.content)
+        + len(m.tool_call_id or "")
         + sum(len(c.id) + len(c.name) + len(c.arguments) for c in m.tool_calls)
         for m in messages
     )
@@ -284,8 +291,14 @@ def run_records() -> list[AttemptRecord]:
     return [
         record(0, 1, "ok"),
         record(1, 1, "rejected:payload_too_large", failure_kind="payload_too_large"),
-        record(1, 2, "rejected:payload_too_large", failure_kind="payload_too_large", compaction_level=1,
-               identical_retry=True),
+        record(
+            1,
+            2,
+            "rejected:payload_too_large",
+            failure_kind="payload_too_large",
+            compaction_level=1,
+            identical_retry=True,
+        ),
         record(1, 3, "recovered@L2", compaction_level=2, chars_archived=500),
         record(2, 1, "rejected:context_overflow", failure_kind="context_overflow"),
         record(2, 2, "failed", failure_kind="context_overflow", compaction_level=3),
@@ -302,14 +315,42 @@ def test_episodes_group_consecutive_rejections_of_a_turn() -> None:
     assert {name: str(dtype) for name, dtype in table.dtypes.items()} == dict(EPISODE_COLUMNS)
     rows = table.astype(object).where(table.notna(), None).to_dict("records")
     assert rows == [
-        {"run_id": "r1", "turn": 1, "first_failure_kind": "payload_too_large", "rejected_requests": 2,
-         "wasted_retries": 1, "recovered": True, "final_level": 2},
-        {"run_id": "r1", "turn": 2, "first_failure_kind": "context_overflow", "rejected_requests": 2,
-         "wasted_retries": 0, "recovered": False, "final_level": 3},
-        {"run_id": "r1", "turn": 4, "first_failure_kind": "payload_too_large", "rejected_requests": 1,
-         "wasted_retries": 0, "recovered": False, "final_level": None},
-        {"run_id": "r1", "turn": 5, "first_failure_kind": "waf_rejection", "rejected_requests": 2,
-         "wasted_retries": 1, "recovered": False, "final_level": None},
+        {
+            "run_id": "r1",
+            "turn": 1,
+            "first_failure_kind": "payload_too_large",
+            "rejected_requests": 2,
+            "wasted_retries": 1,
+            "recovered": True,
+            "final_level": 2,
+        },
+        {
+            "run_id": "r1",
+            "turn": 2,
+            "first_failure_kind": "context_overflow",
+            "rejected_requests": 2,
+            "wasted_retries": 0,
+            "recovered": False,
+            "final_level": 3,
+        },
+        {
+            "run_id": "r1",
+            "turn": 4,
+            "first_failure_kind": "payload_too_large",
+            "rejected_requests": 1,
+            "wasted_retries": 0,
+            "recovered": False,
+            "final_level": None,
+        },
+        {
+            "run_id": "r1",
+            "turn": 5,
+            "first_failure_kind": "waf_rejection",
+            "rejected_requests": 2,
+            "wasted_retries": 1,
+            "recovered": False,
+            "final_level": None,
+        },
     ]
 
 

@@ -76,17 +76,42 @@ def waf_run(run_id: str, *, recovered: bool = True, summarizer_cost: float = 0.0
     records = [attempt(run_id, 0, 1, "ok"), attempt(run_id, 1, 1, "ok")]
     records += [
         attempt(run_id, 2, 1, "rejected:waf_rejection", failure_kind="waf_rejection", request_bytes=3200),
-        attempt(run_id, 2, 2, "rejected:waf_rejection", failure_kind="waf_rejection", request_bytes=2500,
-                compaction_level=1, learned_cap=LEARNED_CAP, chars_archived=700),
+        attempt(
+            run_id,
+            2,
+            2,
+            "rejected:waf_rejection",
+            failure_kind="waf_rejection",
+            request_bytes=2500,
+            compaction_level=1,
+            learned_cap=LEARNED_CAP,
+            chars_archived=700,
+        ),
     ]
     if not recovered:
         return records + [
-            attempt(run_id, 2, 3, "failed", failure_kind="waf_rejection", request_bytes=2400,
-                    learned_cap=LEARNED_CAP),
+            attempt(
+                run_id,
+                2,
+                3,
+                "failed",
+                failure_kind="waf_rejection",
+                request_bytes=2400,
+                learned_cap=LEARNED_CAP,
+            ),
         ]
     return records + [
-        attempt(run_id, 2, 3, "recovered@L2", request_bytes=1800, compaction_level=2, learned_cap=LEARNED_CAP,
-                summarizer_calls=1, summarizer_cost_usd=summarizer_cost),
+        attempt(
+            run_id,
+            2,
+            3,
+            "recovered@L2",
+            request_bytes=1800,
+            compaction_level=2,
+            learned_cap=LEARNED_CAP,
+            summarizer_calls=1,
+            summarizer_cost_usd=summarizer_cost,
+        ),
         attempt(run_id, 3, 1, "ok", request_bytes=2000, learned_cap=LEARNED_CAP),
     ]
 
@@ -110,8 +135,13 @@ def attempts() -> pd.DataFrame:
 
 @pytest.fixture
 def summaries(attempts: pd.DataFrame) -> pd.DataFrame:
-    survival = {"default/waf/0": 1.0, "default/waf/1": 0.5, "default/quiet/0": 1.0,
-                "none/waf/0": 0.25, "none/quiet/0": 1.0}
+    survival = {
+        "default/waf/0": 1.0,
+        "default/waf/1": 0.5,
+        "default/quiet/0": 1.0,
+        "none/waf/0": 0.25,
+        "none/quiet/0": 1.0,
+    }
     manifest = {"runs": [{"run_id": run_id, "fact_survival": value} for run_id, value in survival.items()]}
     return run_summaries(attempts, manifest=manifest)
 
@@ -176,11 +206,21 @@ def test_budget_curve_title_names_the_window_and_the_cap(attempts: pd.DataFrame)
 def test_budget_curve_zooms_the_wire_axis_to_the_requests_and_caps_not_the_window() -> None:
     # A WAF at 125 KiB and requests of 100-130 KB under a 200k-token window (800 KB as chars).
     sizes = [100_000, 112_000, 124_000, 131_000, 104_000]
-    frame = records_to_frame([
-        attempt("p/waf/0", turn, 1, "rejected:waf_rejection" if size > 128_000 else "ok", request_bytes=size,
-                proxy_cap=128_000, context_window=200_000, estimated_tokens=size // 4)
-        for turn, size in enumerate(sizes)
-    ])
+    frame = records_to_frame(
+        [
+            attempt(
+                "p/waf/0",
+                turn,
+                1,
+                "rejected:waf_rejection" if size > 128_000 else "ok",
+                request_bytes=size,
+                proxy_cap=128_000,
+                context_window=200_000,
+                estimated_tokens=size // 4,
+            )
+            for turn, size in enumerate(sizes)
+        ]
+    )
     wire, tokens = wire_and_tokens(budget_curve(frame))
     bottom, top = wire.get_ylim()
     assert bottom == 0 and top == pytest.approx(131_000 / 1024 * 1.12)
@@ -189,8 +229,20 @@ def test_budget_curve_zooms_the_wire_axis_to_the_requests_and_caps_not_the_windo
 
 
 def test_a_one_request_run_is_drawn_in_a_readable_band_with_its_cap_across() -> None:
-    frame = records_to_frame([attempt("p/floor/0", 0, 1, "fail_fast_floor", request_bytes=146_500,
-                                      proxy_cap=131_072, estimated_tokens=36_000, context_window=200_000)])
+    frame = records_to_frame(
+        [
+            attempt(
+                "p/floor/0",
+                0,
+                1,
+                "fail_fast_floor",
+                request_bytes=146_500,
+                proxy_cap=131_072,
+                estimated_tokens=36_000,
+                context_window=200_000,
+            )
+        ]
+    )
     wire, tokens = wire_and_tokens(budget_curve(frame))
     assert tokens.get_xlim() == (0.5, 1.5) and wire.get_xlim() == (0.5, 1.5)
     (cap,) = wire.patches
@@ -294,13 +346,15 @@ def test_comparison_table_rates_per_policy_and_scenario(summaries: pd.DataFrame)
 
 
 def test_failure_counts_count_each_truncated_answer_besides_the_episodes() -> None:
-    frame = records_to_frame([
-        attempt("p/trunc/0", 0, 1, "truncated", failure_kind="output_truncated"),
-        attempt("p/trunc/0", 0, 2, "truncated", failure_kind="output_truncated"),
-        attempt("p/trunc/0", 0, 3, "ok"),
-        attempt("p/trunc/0", 1, 1, "rejected:context_overflow", failure_kind="context_overflow"),
-        attempt("p/trunc/0", 1, 2, "recovered@L1"),
-    ])
+    frame = records_to_frame(
+        [
+            attempt("p/trunc/0", 0, 1, "truncated", failure_kind="output_truncated"),
+            attempt("p/trunc/0", 0, 2, "truncated", failure_kind="output_truncated"),
+            attempt("p/trunc/0", 0, 3, "ok"),
+            attempt("p/trunc/0", 1, 1, "rejected:context_overflow", failure_kind="context_overflow"),
+            attempt("p/trunc/0", 1, 2, "recovered@L1"),
+        ]
+    )
     assert failure_counts(frame) == {"context_overflow": 1, "output_truncated": 2}
     summary = run_summaries(frame)
     assert summary.loc[0, "failures_by_kind"] == "context_overflow=1, output_truncated=2"
@@ -311,7 +365,8 @@ def test_archived_by_source_reads_a_breakdown_when_the_stats_have_one() -> None:
     class WithMapping:
         chars_archived: int = 30
         chars_archived_by_source: dict[str, int] = dataclasses.field(
-            default_factory=lambda: {"planned": 10, "microcompact": 20})
+            default_factory=lambda: {"planned": 10, "microcompact": 20}
+        )
 
     @dataclasses.dataclass
     class WithFields:
@@ -338,16 +393,22 @@ def judged(summaries: pd.DataFrame, cells: dict[str, tuple[str, str, int]]) -> p
 
 
 def test_outcome_cells_tell_intended_failures_regressions_and_losses_apart(summaries: pd.DataFrame) -> None:
-    frame = judged(summaries, {
-        "default/waf/0": ("recovered", "recovered", 0), "default/waf/1": ("recovered", "recovered", 0),
-        "default/quiet/0": ("fail_fast_floor", "fail_fast_floor", 0),  # intended: a floor fail-fast
-        "none/waf/0": ("failed", "recovered", 0),  # a regression
-        "none/quiet/0": ("ok", "ok", 812_253),  # the outcome matches, but chars were dropped
-    })
+    frame = judged(
+        summaries,
+        {
+            "default/waf/0": ("recovered", "recovered", 0),
+            "default/waf/1": ("recovered", "recovered", 0),
+            "default/quiet/0": ("fail_fast_floor", "fail_fast_floor", 0),  # intended: a floor fail-fast
+            "none/waf/0": ("failed", "recovered", 0),  # a regression
+            "none/quiet/0": ("ok", "ok", 812_253),  # the outcome matches, but chars were dropped
+        },
+    )
     cells = outcome_cells(frame)
     assert cells["verdict"].to_dict() == {
-        ("default", "waf"): "met", ("default", "quiet"): "intended",
-        ("none", "waf"): "missed", ("none", "quiet"): "lost",
+        ("default", "waf"): "met",
+        ("default", "quiet"): "intended",
+        ("none", "waf"): "missed",
+        ("none", "quiet"): "lost",
     }
     assert cells.loc[("default", "waf"), "text"] == "✓ recovered×2\nrec 2/2 · rej 4\n0 chars lost"
     assert cells.loc[("default", "quiet"), "text"] == "✓ fail_fast_floor\nrej 0\n0 chars lost"
@@ -364,11 +425,16 @@ def test_outcome_cells_without_expectations_are_unknown_never_green(attempts: pd
 
 
 def test_outcome_matrix_paints_each_cell_with_its_verdict(summaries: pd.DataFrame) -> None:
-    frame = judged(summaries, {
-        "default/waf/0": ("recovered", "recovered", 0), "default/waf/1": ("recovered", "recovered", 0),
-        "default/quiet/0": ("no_compaction", "no_compaction", 0), "none/waf/0": ("failed", "recovered", 0),
-        "none/quiet/0": ("ok", "ok", 250_000),
-    })
+    frame = judged(
+        summaries,
+        {
+            "default/waf/0": ("recovered", "recovered", 0),
+            "default/waf/1": ("recovered", "recovered", 0),
+            "default/quiet/0": ("no_compaction", "no_compaction", 0),
+            "none/waf/0": ("failed", "recovered", 0),
+            "none/quiet/0": ("ok", "ok", 250_000),
+        },
+    )
     figure = outcome_matrix(frame)
     axes = figure.axes[0]
     cells = outcome_cells(frame)
@@ -377,8 +443,9 @@ def test_outcome_matrix_paints_each_cell_with_its_verdict(summaries: pd.DataFram
     assert [t.get_text() for t in axes.get_xticklabels()] == ["default", "none"]
     grid = axes.images[0].get_array()
     order = list(VERDICTS)
-    for (row, scenario), (column, policy) in itertools.product(enumerate(["waf", "quiet"]),
-                                                             enumerate(["default", "none"])):
+    for (row, scenario), (column, policy) in itertools.product(
+        enumerate(["waf", "quiet"]), enumerate(["default", "none"])
+    ):
         assert order[int(grid[row, column])] == cells.loc[(policy, scenario), "verdict"]
     assert texts(figure) == [cells.loc[(p, s), "text"] for s in ("waf", "quiet") for p in ("default", "none")]
     legend = [text.get_text() for text in axes.get_legend().get_texts()]
@@ -424,22 +491,40 @@ def test_cost_vs_fact_survival_highlights_the_pareto_front() -> None:
 
 def test_cost_vs_fact_survival_labels_never_overlap_even_for_coinciding_policies() -> None:
     # Peer baselines often land on the very same point (same cost, same survival), or next to it.
-    points = {"default": (0.40, 1.0), "cap-bisection": (0.40, 1.0), "no-recovery": (0.10, 0.63),
-              "cline-drop-half": (0.31, 0.42), "cline-drop-three-quarters": (0.30, 0.39),
-              "langchain-keep-last-n": (0.30, 0.35), "observation-masking": (0.11, 0.61),
-              "summarize-everything": (0.32, 0.46)}
-    frame = pd.DataFrame([
-        {"policy": name, "scenario": "s", "turns": 100, "recovered_episodes": 1, "failed_episodes": 0,
-         "rejected_requests": 1, "summarizer_cost_usd": 0.0, "cache_adjusted_cost_usd": cost,
-         "chars_lost": 0, "fact_survival": survival}
-        for name, (cost, survival) in points.items()
-    ])
+    points = {
+        "default": (0.40, 1.0),
+        "cap-bisection": (0.40, 1.0),
+        "no-recovery": (0.10, 0.63),
+        "cline-drop-half": (0.31, 0.42),
+        "cline-drop-three-quarters": (0.30, 0.39),
+        "langchain-keep-last-n": (0.30, 0.35),
+        "observation-masking": (0.11, 0.61),
+        "summarize-everything": (0.32, 0.46),
+    }
+    frame = pd.DataFrame(
+        [
+            {
+                "policy": name,
+                "scenario": "s",
+                "turns": 100,
+                "recovered_episodes": 1,
+                "failed_episodes": 0,
+                "rejected_requests": 1,
+                "summarizer_cost_usd": 0.0,
+                "cache_adjusted_cost_usd": cost,
+                "chars_lost": 0,
+                "fact_survival": survival,
+            }
+            for name, (cost, survival) in points.items()
+        ]
+    )
     figure = cost_vs_fact_survival(frame)
     renderer = figure.canvas.get_renderer()
     boxes = {t.get_text(): t.get_window_extent(renderer) for t in figure.axes[0].texts}
     assert sorted(boxes) == sorted(points)
-    overlapping = [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes.items(), 2)
-                   if box_a.overlaps(box_b)]
+    overlapping = [
+        (a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes.items(), 2) if box_a.overlaps(box_b)
+    ]
     assert overlapping == []
     figure.savefig(io.BytesIO(), format="png")  # drawing again keeps the positions the check measured
     for text in figure.axes[0].texts:
@@ -488,9 +573,7 @@ def test_markdown_table_is_exact_with_a_named_index_na_and_escapes() -> None:
 def test_markdown_table_leaves_out_a_default_index_and_takes_a_float_format() -> None:
     frame = pd.DataFrame({"x": [2 / 3], "note": ["two\nlines"]})
     assert markdown_table(frame, float_format="{:.2f}") == (
-        "|    x | note      |\n"
-        "| ---: | --------- |\n"
-        "| 0.67 | two lines |"
+        "|    x | note      |\n| ---: | --------- |\n| 0.67 | two lines |"
     )
 
 
@@ -626,8 +709,17 @@ def test_write_report_reads_a_real_ctxsim_run_directory(tmp_path: Path) -> None:
     from simulator.cli import main
 
     run_dir = tmp_path / "run"
-    main(["run", "--scenarios", "anthropic-200k-overflow", "--no-timing", "--no-figures",
-          "--out", str(run_dir)])
+    main(
+        [
+            "run",
+            "--scenarios",
+            "anthropic-200k-overflow",
+            "--no-timing",
+            "--no-figures",
+            "--out",
+            str(run_dir),
+        ]
+    )
     data = load_run(run_dir)
     assert set(RUN_COLUMNS) - set(data.attempts.columns) == {"elapsed_ms"}
     written = write_report(run_dir)

@@ -29,9 +29,16 @@ DASK_BUDGET_S = 5.0
 
 
 def small_sweep(out: Path, **options: Any) -> pd.DataFrame:
-    settings: dict[str, Any] = {"grid": GRID, "scenarios": SCENARIOS, "transcripts": TRANSCRIPT,
-                                "policies": "default,cline-drop-half", "workers": 1, "figures": False,
-                                "progress": False, "out_dir": out}
+    settings: dict[str, Any] = {
+        "grid": GRID,
+        "scenarios": SCENARIOS,
+        "transcripts": TRANSCRIPT,
+        "policies": "default,cline-drop-half",
+        "workers": 1,
+        "figures": False,
+        "progress": False,
+        "out_dir": out,
+    }
     return sweep(**{**settings, **options})
 
 
@@ -46,8 +53,10 @@ def test_a_grid_expands_to_its_cartesian_product_in_grid_order() -> None:
     points = expand_grid({"budget_ratio": [0.5, 0.6, 0.75], "emergency_keep_messages": [6, 10]})
 
     assert len(points) == 6
-    assert points[:2] == [{"budget_ratio": 0.5, "emergency_keep_messages": 6},
-                          {"budget_ratio": 0.5, "emergency_keep_messages": 10}]
+    assert points[:2] == [
+        {"budget_ratio": 0.5, "emergency_keep_messages": 6},
+        {"budget_ratio": 0.5, "emergency_keep_messages": 10},
+    ]
 
 
 def test_no_grid_is_one_point_and_a_range_needs_a_random_search() -> None:
@@ -57,8 +66,11 @@ def test_no_grid_is_one_point_and_a_range_needs_a_random_search() -> None:
 
 
 def test_random_search_is_deterministic_per_seed_and_draws_from_the_grid() -> None:
-    grid = {"budget_ratio": Uniform(0.4, 0.8), "emergency_keep_messages": [4, 6, 10],
-            "keep_recent": Uniform(2, 9)}
+    grid = {
+        "budget_ratio": Uniform(0.4, 0.8),
+        "emergency_keep_messages": [4, 6, 10],
+        "keep_recent": Uniform(2, 9),
+    }
 
     first, again, other = (random_points(grid, 20, seed) for seed in (7, 7, 8))
 
@@ -226,8 +238,9 @@ def test_a_failing_run_raises_with_the_run_named_and_keeps_what_finished(tmp_pat
     silent = transcript_from_messages("no-replies", [Message.user("hello?")])
 
     with pytest.raises(ReplayError, match="has no assistant reply") as raised:
-        small_sweep(tmp_path, grid=None, policies="default", scenarios=SCENARIOS[:1],
-                    transcripts=[TRANSCRIPT, silent])
+        small_sweep(
+            tmp_path, grid=None, policies="default", scenarios=SCENARIOS[:1], transcripts=[TRANSCRIPT, silent]
+        )
 
     assert raised.value.__notes__ == ["in the sweep run default × corporate-128k-waf × no-replies × seed 0"]
     assert len(list((tmp_path / CACHE_DIR).glob("*.json"))) == 1

@@ -62,8 +62,9 @@ def controls_for(scenario: str = SCENARIO, **kwargs: Any) -> dict[str, Any]:
 
 
 def test_run_replay_returns_the_budget_curve_and_a_summary_of_the_run(spy: ReplaySpy) -> None:
-    figure, summary = run_replay(SCENARIO, WORKLOAD_TRANSCRIPT, **KNOBS, summarizer=SCENARIO_SUMMARIZER,
-                                 replay_fn=spy)
+    figure, summary = run_replay(
+        SCENARIO, WORKLOAD_TRANSCRIPT, **KNOBS, summarizer=SCENARIO_SUMMARIZER, replay_fn=spy
+    )
 
     assert isinstance(figure, Figure)
     assert "budget curve" in figure.get_suptitle()
@@ -76,8 +77,14 @@ def test_run_replay_returns_the_budget_curve_and_a_summary_of_the_run(spy: Repla
 
 
 def test_run_replay_applies_every_knob_to_the_policy(spy: ReplaySpy) -> None:
-    knobs = {"budget_ratio": 0.35, "keep_recent": 5, "emergency_keep_messages": 6,
-             "microcompact_truncate_turns": 3, "microcompact_summarize_turns": 7, "payload_cap": 65536}
+    knobs = {
+        "budget_ratio": 0.35,
+        "keep_recent": 5,
+        "emergency_keep_messages": 6,
+        "microcompact_truncate_turns": 3,
+        "microcompact_summarize_turns": 7,
+        "payload_cap": 65536,
+    }
 
     _, summary = run_replay(SCENARIO, "chat-50k", **knobs, summarizer="extractive", replay_fn=spy)
 
@@ -135,8 +142,14 @@ def test_controls_reject_unknown_choices_naming_the_valid_ones(kwargs: dict[str,
 
 # -- where the dashboard opens --------------------------------------------------------------------
 # For each slider, a value other than the opening one (the default policy's).
-OTHER_VALUES = {"budget_ratio": 0.3, "keep_recent": 2, "emergency_keep_messages": 4,
-                "microcompact_truncate_turns": 3, "microcompact_summarize_turns": 10, "payload_cap": 16384}
+OTHER_VALUES = {
+    "budget_ratio": 0.3,
+    "keep_recent": 2,
+    "emergency_keep_messages": 4,
+    "microcompact_truncate_turns": 3,
+    "microcompact_summarize_turns": 10,
+    "payload_cap": 16384,
+}
 
 
 def what_happened(summary: dict[str, Any]) -> dict[str, Any]:
@@ -165,8 +178,13 @@ def test_the_dashboard_opens_on_a_scenario_where_every_slider_changes_the_result
 def test_a_float_slider_value_is_rounded_to_its_step(spy: ReplaySpy) -> None:
     sent_by_a_browser = 0.1 + 4 * 0.05  # 0.30000000000000004
 
-    _, summary = run_replay(SCENARIO, WORKLOAD_TRANSCRIPT, **(KNOBS | {"budget_ratio": sent_by_a_browser}),
-                            summarizer=SCENARIO_SUMMARIZER, replay_fn=spy)
+    _, summary = run_replay(
+        SCENARIO,
+        WORKLOAD_TRANSCRIPT,
+        **(KNOBS | {"budget_ratio": sent_by_a_browser}),
+        summarizer=SCENARIO_SUMMARIZER,
+        replay_fn=spy,
+    )
 
     assert spy.calls[0][2].budget_ratio == 0.3 and summary["budget_ratio"] == 0.3
     shown = summary_frame(summary)["value"]

@@ -100,7 +100,10 @@ def test_tau_bench_runs_keep_every_message_and_their_task_metadata() -> None:
         assert [m.role for m in loaded.messages] == [m["role"] for m in run["traj"]]
         assert [m.content for m in loaded.messages] == [m["content"] or "" for m in run["traj"]]
         assert (loaded.metadata["task_id"], loaded.metadata["reward"], loaded.metadata["trial"]) == (
-            run["task_id"], run["reward"], run["trial"])
+            run["task_id"],
+            run["reward"],
+            run["trial"],
+        )
     assert load_transcript(path(TAU), run=1) == runs[1]
     assert load_named_transcript("tau-bench-bookshop") == runs[0]  # replays take the first run
 
@@ -120,8 +123,9 @@ def test_tau_bench_without_run_says_how_to_pick_one_and_rejects_a_bad_index() ->
     assert str(info.value) == f"{path(TAU)}: holds 3 tau-bench runs: pass run=N (0-2) or call load_runs()"
     with pytest.raises(TranscriptError, match=r"run=3 is out of range: the file holds runs 0-2"):
         load_transcript(path(TAU), run=3)
-    with pytest.raises(TranscriptError, match="run=0 applies only to multi-run tau-bench files, this one is "
-                                              "swe-agent"):
+    with pytest.raises(
+        TranscriptError, match="run=0 applies only to multi-run tau-bench files, this one is swe-agent"
+    ):
         load_transcript(path(SWE_FC), run=0)
 
 
@@ -135,8 +139,9 @@ def test_swe_agent_function_calling_maps_call_ids_and_keeps_content_exact() -> N
         if entry["role"] == "tool":
             assert message.tool_call_id == entry["tool_call_ids"][0]
         if entry.get("tool_calls"):
-            calls = [(c["id"], c["function"]["name"], c["function"]["arguments"])
-                     for c in entry["tool_calls"]]
+            calls = [
+                (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in entry["tool_calls"]
+            ]
             assert message.tool_calls == tuple(ToolCall(*call) for call in calls)
     assert sum(len(m.tool_calls) for m in loaded.messages) == sum(h["role"] == "tool" for h in history) > 10
     assert loaded.metadata == {"exit_status": "submitted", "submission": raw(SWE_FC)["info"]["submission"]}
@@ -156,8 +161,9 @@ def test_swe_agent_older_format_marks_observations_but_not_the_demonstration_as_
 
 def test_claude_code_merges_the_block_events_of_one_api_message() -> None:
     lines = events(CLAUDE)
-    main_ids = list(dict.fromkeys(e["message"]["id"] for e in lines
-                                  if e["type"] == "assistant" and not e["isSidechain"]))
+    main_ids = list(
+        dict.fromkeys(e["message"]["id"] for e in lines if e["type"] == "assistant" and not e["isSidechain"])
+    )
     loaded = load_transcript(path(CLAUDE))
 
     assistants = [m for m in loaded.messages if m.role == "assistant"]
@@ -192,7 +198,9 @@ def test_openai_chat_request_keeps_parts_images_and_parallel_calls() -> None:
 
     system, user, calls, *rest = loaded.messages
     assert (system.role, loaded.metadata) == ("system", {"model": "gpt-4o-2024-08-06"})
-    assert user.images[0].data and user.images[1] == Image(url="https://example.org/tickets/ap-140-return.jpg")
+    assert user.images[0].data and user.images[1] == Image(
+        url="https://example.org/tickets/ap-140-return.jpg"
+    )
     assert [c.name for c in calls.tool_calls] == ["get_forecast", "search_trains"]
     assert json.loads(calls.tool_calls[1].arguments)["from"] == "Lisboa Santa Apolónia"
     assert [m.name for m in rest[:2]] == ["get_forecast", "search_trains"]
@@ -233,8 +241,9 @@ def test_every_fixture_replays_behind_the_corporate_waf_losslessly(name: str) ->
     assert result.outcome in ("ok", "recovered")
 
 
-@pytest.mark.parametrize(("scenario", "name"), [("anthropic-200k-overflow", SWE_NOFC),
-                                                  ("gemini-1m-overflow", SWE_FC)])
+@pytest.mark.parametrize(
+    ("scenario", "name"), [("anthropic-200k-overflow", SWE_NOFC), ("gemini-1m-overflow", SWE_FC)]
+)
 def test_the_overflow_scenarios_overflow_their_committed_workload_mid_run(scenario: str, name: str) -> None:
     result = replay(None, scenario)
 

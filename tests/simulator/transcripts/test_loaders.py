@@ -326,50 +326,93 @@ def test_format_can_be_forced(tmp_path):
 
 ERROR_CASES = [
     # (file name, content, expected message after "<path>")
-    ("bad.jsonl", '{"role": "user", "content": "a"}\n{"role": "bot", "content": "b"}\n',
-     ":2: field 'role': expected one of 'assistant', 'system', 'tool', 'user', got 'bot'"),
-    ("bad.jsonl", '{"role": "user", "content": "a"}\n\n{"role": "user", "content": "b"\n',
-     ":3: invalid JSON: Expecting ',' delimiter (column 32)"),
-    ("bad.jsonl", '{"role": "user", "content": 5}\n',
-     ":1: field 'content': expected a string, got number"),
-    ("bad.jsonl", '{"role": "user", "content": "a", "colour": "red"}\n',
-     ":1: unknown message field(s): colour"),
-    ("bad.jsonl", '{"role": "user", "content": "a"}\n{"_meta": {}}\n',
-     ":2: '_meta' is allowed only on the first line"),
-    ("bad.jsonl", '{"_meta": {"facts": [{"kind": "k", "value": "v", "message_index": 3}]}}\n'
-                  '{"role": "user", "content": "v"}\n',
-     ":1: _meta.facts: fact 0 (k 'v') points at message 3, but the transcript has 1 messages"),
-    ("bad.jsonl", '{"_meta": {"nmae": "x"}}\n{"role": "user", "content": "v"}\n',
-     ":1: _meta: unknown field(s) 'nmae': expected one of 'facts', 'metadata', 'name'"),
-    ("bad.jsonl", '{"_meta": {"name": "x"}}\n',
-     ": empty transcript: no messages found"),
-    ("bad.json", '{\n  "messages": [\n    {"role": "user",, "content": "a"}\n  ]\n}',
-     ":3:21: invalid JSON: Expecting property name enclosed in double quotes"),
-    ("bad.json", '[{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}]',
-     ": [1]: field 'role': expected one of 'assistant', 'system', 'tool', 'user', got 'robot'"),
-    ("bad.json", '[{"role": "user", "content": {"text": "a"}}]',
-     ": [0]: field 'content': expected a string, a list of content parts or null, got object"),
-    ("bad.json", '{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},'
-                 ' {"type": "video"}]}], "system": "s"}',
-     ": messages[0].content[1]: field 'type': expected one of 'image', 'text', 'tool_result'"
-     " in a user message, got 'video'"),
-    ("bad.json", '{"messages": [{"role": "system", "content": "a"}], "system": "s"}',
-     ": messages[0]: field 'role': expected one of 'assistant', 'user', got 'system'"),
+    (
+        "bad.jsonl",
+        '{"role": "user", "content": "a"}\n{"role": "bot", "content": "b"}\n',
+        ":2: field 'role': expected one of 'assistant', 'system', 'tool', 'user', got 'bot'",
+    ),
+    (
+        "bad.jsonl",
+        '{"role": "user", "content": "a"}\n\n{"role": "user", "content": "b"\n',
+        ":3: invalid JSON: Expecting ',' delimiter (column 32)",
+    ),
+    ("bad.jsonl", '{"role": "user", "content": 5}\n', ":1: field 'content': expected a string, got number"),
+    (
+        "bad.jsonl",
+        '{"role": "user", "content": "a", "colour": "red"}\n',
+        ":1: unknown message field(s): colour",
+    ),
+    (
+        "bad.jsonl",
+        '{"role": "user", "content": "a"}\n{"_meta": {}}\n',
+        ":2: '_meta' is allowed only on the first line",
+    ),
+    (
+        "bad.jsonl",
+        '{"_meta": {"facts": [{"kind": "k", "value": "v", "message_index": 3}]}}\n'
+        '{"role": "user", "content": "v"}\n',
+        ":1: _meta.facts: fact 0 (k 'v') points at message 3, but the transcript has 1 messages",
+    ),
+    (
+        "bad.jsonl",
+        '{"_meta": {"nmae": "x"}}\n{"role": "user", "content": "v"}\n',
+        ":1: _meta: unknown field(s) 'nmae': expected one of 'facts', 'metadata', 'name'",
+    ),
+    ("bad.jsonl", '{"_meta": {"name": "x"}}\n', ": empty transcript: no messages found"),
+    (
+        "bad.json",
+        '{\n  "messages": [\n    {"role": "user",, "content": "a"}\n  ]\n}',
+        ":3:21: invalid JSON: Expecting property name enclosed in double quotes",
+    ),
+    (
+        "bad.json",
+        '[{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}]',
+        ": [1]: field 'role': expected one of 'assistant', 'system', 'tool', 'user', got 'robot'",
+    ),
+    (
+        "bad.json",
+        '[{"role": "user", "content": {"text": "a"}}]',
+        ": [0]: field 'content': expected a string, a list of content parts or null, got object",
+    ),
+    (
+        "bad.json",
+        '{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},'
+        ' {"type": "video"}]}], "system": "s"}',
+        ": messages[0].content[1]: field 'type': expected one of 'image', 'text', 'tool_result'"
+        " in a user message, got 'video'",
+    ),
+    (
+        "bad.json",
+        '{"messages": [{"role": "system", "content": "a"}], "system": "s"}',
+        ": messages[0]: field 'role': expected one of 'assistant', 'user', got 'system'",
+    ),
     ("bad.json", '{"messages": []}', ": empty transcript: no messages found"),
-    ("bad.json", '{"hello": "world"}',
-     ": unknown transcript format: expected OpenAI chat JSON, Anthropic Messages JSON, our JSONL,"
-     " tau-bench runs JSON, a SWE-agent .traj or a Claude Code session JSONL; pass format= (one of"
-     " 'anthropic', 'claude-code', 'jsonl', 'openai-chat', 'swe-agent', 'tau-bench') to force one"),
+    (
+        "bad.json",
+        '{"hello": "world"}',
+        ": unknown transcript format: expected OpenAI chat JSON, Anthropic Messages JSON, our JSONL,"
+        " tau-bench runs JSON, a SWE-agent .traj or a Claude Code session JSONL; pass format= (one of"
+        " 'anthropic', 'claude-code', 'jsonl', 'openai-chat', 'swe-agent', 'tau-bench') to force one",
+    ),
     ("bad.json", "   \n", ": empty transcript: the file has no content"),
-    ("bad.json", '[{"task_id": 1, "traj": [{"role": "user", "content": "a"}]}, {"task_id": 2, "traj": 3}]',
-     ": holds 2 tau-bench runs: pass run=N (0-1) or call load_runs()"),
-    ("bad.traj", '{"history": [{"role": "tool", "content": "x", "tool_call_ids": "c1"}], "info": {}}',
-     ": history[0]: field 'tool_call_ids': expected an array of strings, got 'c1'"),
-    ("bad.jsonl", '{"type": "queue-operation", "sessionId": "s"}\n'
-                  '{"type": "user", "message": {"role": "user", "content": "hi"}}\n'
-                  '{"type": "assistant",'
-                  ' "message": {"role": "assistant", "content": [{"type": "tool_use"}]}}\n',
-     ":3: message.content[0]: field 'id': expected a string, got null"),
+    (
+        "bad.json",
+        '[{"task_id": 1, "traj": [{"role": "user", "content": "a"}]}, {"task_id": 2, "traj": 3}]',
+        ": holds 2 tau-bench runs: pass run=N (0-1) or call load_runs()",
+    ),
+    (
+        "bad.traj",
+        '{"history": [{"role": "tool", "content": "x", "tool_call_ids": "c1"}], "info": {}}',
+        ": history[0]: field 'tool_call_ids': expected an array of strings, got 'c1'",
+    ),
+    (
+        "bad.jsonl",
+        '{"type": "queue-operation", "sessionId": "s"}\n'
+        '{"type": "user", "message": {"role": "user", "content": "hi"}}\n'
+        '{"type": "assistant",'
+        ' "message": {"role": "assistant", "content": [{"type": "tool_use"}]}}\n',
+        ":3: message.content[0]: field 'id': expected a string, got null",
+    ),
 ]
 
 
@@ -383,8 +426,12 @@ def test_malformed_transcripts_raise_errors_naming_file_line_and_field(tmp_path,
 
 
 def test_a_bad_run_names_its_json_path(tmp_path):
-    path = write(tmp_path, "runs.json", '[{"task_id": 1, "traj": [{"role": "user", "content": "a"}]},'
-                                        ' {"task_id": 2, "traj": [{"content": "b"}]}]')
+    path = write(
+        tmp_path,
+        "runs.json",
+        '[{"task_id": 1, "traj": [{"role": "user", "content": "a"}]},'
+        ' {"task_id": 2, "traj": [{"content": "b"}]}]',
+    )
     assert load_transcript(path, run=0).messages == (Message.user("a"),)
     with pytest.raises(TranscriptError) as info:
         load_runs(path)
@@ -549,11 +596,45 @@ def test_load_runs_of_a_single_transcript_is_a_one_element_list(tmp_path):
 
 FUZZ_KEYS = st.sampled_from(
     [
-        "role", "content", "type", "text", "tool_calls", "function", "name", "arguments", "id",
-        "tool_call_id", "tool_call_ids", "tool_use_id", "source", "data", "url", "image_url", "input",
-        "is_error", "messages", "system", "history", "info", "traj", "task_id", "message", "_meta",
-        "facts", "metadata", "kind", "value", "message_index", "user", "assistant", "tool_use",
-        "tool_result", "image", "base64", "sessionId", "isMeta",
+        "role",
+        "content",
+        "type",
+        "text",
+        "tool_calls",
+        "function",
+        "name",
+        "arguments",
+        "id",
+        "tool_call_id",
+        "tool_call_ids",
+        "tool_use_id",
+        "source",
+        "data",
+        "url",
+        "image_url",
+        "input",
+        "is_error",
+        "messages",
+        "system",
+        "history",
+        "info",
+        "traj",
+        "task_id",
+        "message",
+        "_meta",
+        "facts",
+        "metadata",
+        "kind",
+        "value",
+        "message_index",
+        "user",
+        "assistant",
+        "tool_use",
+        "tool_result",
+        "image",
+        "base64",
+        "sessionId",
+        "isMeta",
     ]
 )
 FUZZ_SCALARS = st.one_of(
