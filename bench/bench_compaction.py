@@ -5,7 +5,7 @@ calls, large tool results, long assistant answers with ``<reasoning>`` blocks,
 a few verbatim recalls), then in one run measures
 
 (a) ``json.dumps([m.to_dict() for m in history])`` (median of several), and
-(b) one :meth:`ctxrecover.compactor.HistoryCompactor.compact` that runs every
+(b) one :meth:`ctxrecover.compaction.HistoryCompactor.compact` that runs every
     level: trim, a summary from an instant summarizer (a short fixed answer,
     at a budget it cannot reach), then emergency truncation and content
     shrinking (median of several, each on a freshly built history so no size
@@ -28,7 +28,7 @@ from typing import Any
 import _histories
 
 from ctxrecover.archive import MemoryArchive
-from ctxrecover.compactor import HistoryCompactor
+from ctxrecover.compaction import HistoryCompactor
 from ctxrecover.events import EventBus, StatusEvent
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import DEFAULT_POLICY

@@ -7,7 +7,7 @@ target size in characters, in one run:
     messages (conversion not timed): ``strategy="last"``, ``include_system=True``,
     ``start_on="human"``, ``token_counter`` counting the characters of the contents.
     What it cuts is gone.
-(b) ctxrecover's compaction Level 3 as :class:`~ctxrecover.compactor.HistoryCompactor`
+(b) ctxrecover's compaction Level 3 as :class:`~ctxrecover.compaction.HistoryCompactor`
     runs it: :func:`~ctxrecover.passes.truncate.emergency_truncate` (the dropped range
     archived as one transcript behind a ``<<ccr:KEY>>`` marker), then
     :func:`~ctxrecover.passes.shrink.shrink_to_budget` while still over the target
@@ -46,7 +46,7 @@ from typing import Any
 from bench_compaction import build_history
 
 from ctxrecover.archive import Archive, MemoryArchive, archive_range
-from ctxrecover.compactor import HistoryCompactor
+from ctxrecover.compaction import HistoryCompactor
 from ctxrecover.messages import Message
 from ctxrecover.passes.pairing import validate_pairing
 from ctxrecover.passes.shrink import shrink_to_budget

@@ -9,7 +9,7 @@ no fault) and, in one run (medians, each contender timed alternately):
   :class:`~ctxrecover.session.Session` whose sender answers each request with the
   recorded reply in memory (no body rendered, no HTTP). Both sessions do the same work
   (same requests, same compactions, checked). For reference the same ratio against
-  a sender that also renders each request body as :class:`~ctxrecover.senders.HttpxSender`
+  a sender that also renders each request body as :class:`~ctxrecover.transport.HttpxSender`
   does (``render``: the JSON a real client posts) — library work that a trivial
   sender skips. Target ≤ 1.5.
 - **loopback vs in-process**: the same replays over a real TCP server on 127.0.0.1
@@ -36,9 +36,9 @@ from typing import Any
 from ctxrecover.archive import MemoryArchive
 from ctxrecover.events import SessionStats
 from ctxrecover.messages import Message
-from ctxrecover.senders import ChatRequest, ChatResponse
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
+from ctxrecover.transport import ChatRequest, ChatResponse
 from ctxrecover.wire import Usage, WireFormat, encode_body, render_request, request_size
 from simulator.proxy.scenario import Scenario, list_scenarios, scenario_from_document
 from simulator.replay import replay

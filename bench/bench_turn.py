@@ -2,7 +2,7 @@
 
 A :class:`~ctxrecover.session.Session` holds P1's ~5 MB, 2,000-message agent
 history (:func:`bench_sizing.build_history`) and talks to its provider through
-:class:`~ctxrecover.senders.HttpxSender` over an instant in-memory transport
+:class:`~ctxrecover.transport.HttpxSender` over an instant in-memory transport
 (:class:`InstantProvider`, a transport answering a valid OpenAI chat completion, which
 takes the body chunk by chunk as a socket transport writes it). In one run:
 
@@ -37,8 +37,8 @@ from bench_sizing import MESSAGES, MODEL, SEED, SYSTEM_PROMPT, TARGET_BYTES, WOR
 
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import DEFAULT_POLICY
-from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender
 from ctxrecover.session import Session
+from ctxrecover.transport import ChatRequest, ChatResponse, HttpxSender
 from ctxrecover.wire import WireFormat
 
 TARGET_RATIO = 0.05

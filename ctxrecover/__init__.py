@@ -19,7 +19,7 @@ from ctxrecover.archive import (
 )
 from ctxrecover.catalog import context_window, max_output_tokens
 from ctxrecover.classify import Failure, FailureKind, classify
-from ctxrecover.compactor import CompactionReport, HistoryCompactor
+from ctxrecover.compaction import CompactionReport, HistoryCompactor
 from ctxrecover.errors import (
     ArchiveCorruptError,
     ArchiveError,
@@ -49,7 +49,6 @@ from ctxrecover.events import (
     StatusEvent,
     StderrRenderer,
 )
-from ctxrecover.loops import Panel, oneshot
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.policy import CHAT_POLICY, DEFAULT_POLICY, ConfigWarning, Policy
 from ctxrecover.recovery import (
@@ -61,16 +60,8 @@ from ctxrecover.recovery import (
     RecoveryLadder,
     Verdict,
 )
-from ctxrecover.senders import (
-    AnthropicSDKSender,
-    ChatRequest,
-    ChatResponse,
-    HttpxSender,
-    OpenAISDKSender,
-    Sender,
-    SendFailed,
-)
 from ctxrecover.session import Session
+from ctxrecover.session.loops import Panel, oneshot
 from ctxrecover.sizes import (
     char_budget,
     format_payload_size,
@@ -85,6 +76,15 @@ from ctxrecover.summarize import (
     HttpSummarizer,
     Summarizer,
     SummaryResult,
+)
+from ctxrecover.transport import (
+    AnthropicSDKSender,
+    ChatRequest,
+    ChatResponse,
+    HttpxSender,
+    OpenAISDKSender,
+    Sender,
+    SendFailed,
 )
 from ctxrecover.wire import (
     WireFormat,

@@ -25,10 +25,7 @@ exceptions are what the library itself raises::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ctxrecover.classify import Failure
+from ctxrecover.failure import Failure
 
 __all__ = [
     "ArchiveCorruptError",

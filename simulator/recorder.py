@@ -38,9 +38,9 @@ from ctxrecover.events import Event, Notice, PostCompact, PreCompact, SessionSta
 from ctxrecover.messages import Message
 from ctxrecover.passes.history_index import SizedHistory
 from ctxrecover.recovery import body_key
-from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
+from ctxrecover.transport import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from simulator.providers.mock import MockProvider
 from simulator.proxy.faults import BodyCap, HeaderCap, RateLimit429, ResetAfter
 from simulator.proxy.scenario import Scenario
@@ -50,7 +50,7 @@ from simulator.research.metrics import AttemptRecord
 __all__ = ["ContentBlock", "CountingArchive", "Recorder", "ReplayEvent", "ReplaySender", "proxy_cap"]
 
 
-# Compaction status phases → the level they reach (ctxrecover.compactor).
+# Compaction status phases → the level they reach (ctxrecover.compaction).
 STATUS_LEVELS: MappingProxyType[str, int] = MappingProxyType(
     {"trim": 1, "summary_applied": 2, "emergency": 3}
 )

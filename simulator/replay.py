@@ -5,7 +5,7 @@ message. Each time the transcript reaches an assistant message, that is a **turn
 the session must produce it (``session.complete()``), and the scenario's mock
 provider answers with exactly that recorded message (text and tool calls with their
 ids), so the session's history stays aligned with the transcript. Requests go
-through a real :class:`~ctxrecover.senders.HttpxSender` and the scenario's
+through a real :class:`~ctxrecover.transport.HttpxSender` and the scenario's
 :class:`~simulator.proxy.middlebox.Middlebox`, in process (``httpx.MockTransport``) or
 over a real loopback TCP server; every request carries the ``x-ctxsim-turn``
 header (1-based) so turn-keyed faults work on both, and a fake API key so its

@@ -16,6 +16,12 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests (``@pytest.mark.anyio``, anyio's own pytest plugin) run on asyncio, the loop users run."""
+    return "asyncio"
+
+
 def _follow_markers(texts: list[str], entry: Callable[[str], str | None]) -> list[str]:
     """``texts`` plus every archive entry reachable from their markers, transitively.
 

@@ -54,7 +54,6 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
 from ctxrecover.classify.blockpage import read_block
 from ctxrecover.classify.evidence import Evidence, gather, http_status
@@ -76,7 +75,6 @@ from ctxrecover.classify.tables import (
     NETWORK_MODULE_ROOTS,
     NOT_FOUND_PHRASES,
     NOT_FOUND_STATUS,
-    NOTICE_TEMPLATE,
     OUTPUT_TRUNCATED_CLASSES,
     OUTPUT_TRUNCATION_STOP_REASONS,
     OVERFLOW_SUBJECT_413,
@@ -115,89 +113,12 @@ from ctxrecover.classify.wording import (
     payload_wording,
     stated_output_limit,
 )
+from ctxrecover.failure import PAYLOAD_KINDS, Failure, FailureKind
 from ctxrecover.sizes import format_payload_size
 
 __all__ = ["Failure", "FailureKind", "classify", "decide"]
 
 # -- public values -----------------------------------------------------------------------------
-
-
-class FailureKind(StrEnum):
-    """What an exchange ended in; ``ok`` is a successful, untruncated response."""
-
-    CONTEXT_OVERFLOW = "context_overflow"
-    PAYLOAD_TOO_LARGE = "payload_too_large"
-    WAF_REJECTION = "waf_rejection"
-    SUSPECTED_PAYLOAD = "suspected_payload"
-    MALFORMED_HISTORY = "malformed_history"
-    OUTPUT_TRUNCATED = "output_truncated"
-    OUTPUT_LIMIT = "output_limit"  # a parameter over the model's limit (max_tokens): lower it, never compact
-    BILLING = "billing"  # out of credits, quota or a spend limit: never compact, never retry
-    AUTH = "auth"
-    RATE_LIMIT = "rate_limit"
-    TRANSIENT_NETWORK = "transient_network"
-    OTHER = "other"
-    OK = "ok"
-
-
-RECOVERABLE_KINDS: frozenset[FailureKind] = frozenset(
-    {
-        FailureKind.CONTEXT_OVERFLOW,
-        FailureKind.PAYLOAD_TOO_LARGE,
-        FailureKind.WAF_REJECTION,
-        FailureKind.SUSPECTED_PAYLOAD,
-        FailureKind.MALFORMED_HISTORY,
-    }
-)
-PAYLOAD_KINDS: frozenset[FailureKind] = frozenset(
-    {
-        FailureKind.PAYLOAD_TOO_LARGE,
-        FailureKind.WAF_REJECTION,
-        FailureKind.SUSPECTED_PAYLOAD,
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """The classified outcome of one exchange.
-
-    ``reason``/``reason_text`` are set for the kinds compaction recovers (§2.5);
-    ``evidence`` is the phrase or signal that decided; ``stop_reason`` is the
-    provider's stop/finish reason of a successful response;
-    ``context_limit_tokens`` is the context window an overflow error states, if any;
-    ``output_limit_tokens`` the output cap an ``output_limit`` error states, if any.
-    """
-
-    kind: FailureKind
-    reason: str | None = None
-    reason_text: str | None = None
-    provider: str | None = None
-    status: int | None = None
-    rejected_bytes: int | None = None
-    evidence: str = ""
-    stop_reason: str | None = None
-    context_limit_tokens: int | None = None
-    output_limit_tokens: int | None = None
-
-    @property
-    def recoverable(self) -> bool:
-        """True when the recovery ladder (§6) applies.
-
-        ``malformed_history`` is recoverable by pairing repair; ``output_truncated``
-        is not: it is handled by max-token escalation (§8), never by compaction.
-        """
-        return self.kind in RECOVERABLE_KINDS
-
-    @property
-    def is_payload(self) -> bool:
-        """True for proxy/gateway body-size failures (413/431, WAF 403, suspected EOF)."""
-        return self.kind in PAYLOAD_KINDS
-
-    @property
-    def notice(self) -> str | None:
-        """``⚠ Recoverable failure (reason) — compacting and retrying``, or None without a reason."""
-        return NOTICE_TEMPLATE % self.reason_text if self.reason_text else None
 
 
 # -- successful responses (§2.6) ---------------------------------------------------------------

@@ -42,7 +42,6 @@ __all__ = [
     "NETWORK_MODULE_ROOTS",
     "NOT_FOUND_PHRASES",
     "NOT_FOUND_STATUS",
-    "NOTICE_TEMPLATE",
     "OPENAI_ERROR_KEYS",
     "OUTPUT_BUDGET_PATTERNS",
     "OUTPUT_LIMIT_SHAPES",
@@ -650,7 +649,6 @@ REASONS: dict[str, tuple[str, str]] = {
 }
 # SPEC §11: a 431 (or any header-size fault) is payload_too_large with its own label; it teaches no body cap.
 HEADER_REASON: tuple[str, str] = ("header_431", "request headers too large (431)")
-NOTICE_TEMPLATE = "⚠ Recoverable failure (%s) — compacting and retrying"
 
 # Provider / middlebox identification, best effort, first match wins.
 HOST_PROVIDERS: tuple[tuple[str, str], ...] = (

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from ctxrecover.senders import ChatRequest, ChatResponse
 from ctxrecover.session.host import SessionHost
 from ctxrecover.summarize.context_editing import mirror_applied_edits
+from ctxrecover.transport import ChatRequest, ChatResponse
 
 __all__ = ["Accounting"]
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import ctxrecover.catalog as catalog
 from ctxrecover.archive import Archive, MemoryArchive, SessionArchive, member_keys
 from ctxrecover.classify import Failure, classify
-from ctxrecover.compactor import CompactionReport, HistoryCompactor
+from ctxrecover.compaction import CompactionReport, HistoryCompactor
 from ctxrecover.errors import ArchiveError, MessageError
 from ctxrecover.events import Event, EventBus, SessionStats
 from ctxrecover.messages import Message, check_encodable
@@ -22,7 +22,6 @@ from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.recovery import GatewayModel, RecoveryLadder
 from ctxrecover.recovery.escalation import OutputEscalation
 from ctxrecover.recovery.probe import unmarked
-from ctxrecover.senders import ChatRequest, Sender
 from ctxrecover.session.accounting import Accounting
 from ctxrecover.session.failures import FailureHandler
 from ctxrecover.session.host import LIVE_HISTORY, LIVE_OUTGOING
@@ -31,6 +30,7 @@ from ctxrecover.session.summarizer import resolve_summarizer
 from ctxrecover.sizes import char_budget, total_weight
 from ctxrecover.summarize import CancelToken, ContextEngine, Summarizer
 from ctxrecover.summarize.context_editing import context_management_request
+from ctxrecover.transport import ChatRequest, Sender
 from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, request_size
 
 __all__ = ["Mode", "Session"]
@@ -55,7 +55,7 @@ ARCHIVE_PINS_NOTICE = "⚠ CCR archive could not record which entries this sessi
 class Session:
     """One conversation with a provider, recovering from every recoverable failure.
 
-    ``sender`` is the one-method network seam (:class:`~ctxrecover.senders.HttpxSender`
+    ``sender`` is the one-method network seam (:class:`~ctxrecover.transport.HttpxSender`
     or an SDK adapter); its ``wire_format`` decides how requests are sized.
     ``mode="chat"`` uses the chat budget (ratio 0.75, keep 10) instead of the
     agent's (0.60, keep 8). ``sleep`` is injected for transient-network retries.

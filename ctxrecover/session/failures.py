@@ -37,9 +37,9 @@ from ctxrecover.recovery.diagnosis import (
     lowered_max_tokens,
 )
 from ctxrecover.recovery.probe import CapProven, keep_from, mark_unproven, unmarked, unproven
-from ctxrecover.senders import ChatRequest
 from ctxrecover.session.host import LIVE_HISTORY, SessionHost
 from ctxrecover.summarize import CancelToken
+from ctxrecover.transport import ChatRequest
 from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, encode_request, request_size
 
 __all__ = ["Checkpoint", "FailureHandler", "Turn"]

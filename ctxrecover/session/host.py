@@ -6,15 +6,15 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ctxrecover.archive import SessionArchive
-from ctxrecover.compactor import HistoryCompactor
+from ctxrecover.compaction import HistoryCompactor
 from ctxrecover.events import EventBus, SessionStats
 from ctxrecover.messages import Message
 from ctxrecover.passes.turn import TurnPasses
 from ctxrecover.policy import Policy
 from ctxrecover.recovery import GatewayModel, RecoveryLadder
 from ctxrecover.recovery.escalation import OutputEscalation
-from ctxrecover.senders import ChatRequest
 from ctxrecover.summarize import CancelToken
+from ctxrecover.transport import ChatRequest
 from ctxrecover.wire import WireFormat
 
 __all__ = ["LIVE_HISTORY", "LIVE_OUTGOING", "SessionHost"]

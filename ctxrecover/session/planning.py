@@ -7,9 +7,9 @@ from typing import Literal
 from ctxrecover.passes.parts import archive_images
 from ctxrecover.passes.truncate import leading_system_count
 from ctxrecover.recovery import preflight
-from ctxrecover.senders import ChatRequest
 from ctxrecover.session.host import LIVE_HISTORY, SessionHost
 from ctxrecover.summarize import CancelToken
+from ctxrecover.transport import ChatRequest
 
 __all__ = ["RequestPlanner"]
 

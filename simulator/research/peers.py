@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
-from ctxrecover.compactor import HistoryCompactor
+from ctxrecover.compaction import HistoryCompactor
 from ctxrecover.errors import SummarizerError
 from ctxrecover.events import SessionStats
 from ctxrecover.messages import Message

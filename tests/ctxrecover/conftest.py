@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ctxrecover.senders import HttpxSender
+from ctxrecover.transport import HttpxSender
 
 WIRE_FORMATS = ("openai-chat", "openai-responses", "anthropic", "gemini", "bedrock-converse")
 

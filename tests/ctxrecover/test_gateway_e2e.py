@@ -27,9 +27,9 @@ from ctxrecover.events import Event, Notice, PreCompact, StatusEvent
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.policy import Policy
 from ctxrecover.recovery.notices import PAYLOAD_LIMIT_NOTICE
-from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
 from ctxrecover.sizes import format_payload_size, total_weight
+from ctxrecover.transport import HttpxSender
 from ctxrecover.wire import history_bytes
 
 KB = 1024

@@ -29,7 +29,12 @@ from hypothesis.stateful import (
 
 from ctxrecover.archive import Archive, MemoryArchive
 from ctxrecover.classify import Failure, FailureKind
-from ctxrecover.compactor import LEVEL_SUMMARY, LEVEL_TRUNCATION, CompactionReport, HistoryCompactor
+from ctxrecover.compaction.compactor import (
+    LEVEL_SUMMARY,
+    LEVEL_TRUNCATION,
+    CompactionReport,
+    HistoryCompactor,
+)
 from ctxrecover.errors import RecoveryExhausted, SummarizerError
 from ctxrecover.events import EventBus
 from ctxrecover.messages import Image, Message, ToolCall

@@ -32,8 +32,8 @@ import httpx
 from ctxrecover.archive.disk import DiskArchive
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import Policy
-from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
+from ctxrecover.transport import HttpxSender
 from simulator.providers.mock import MockProvider, ParsedRequest, Reply
 from simulator.proxy.faults import BodyCap
 from simulator.proxy.middlebox import Middlebox

@@ -31,8 +31,8 @@ from ctxrecover.errors import ArchiveError, RecoveryError
 from ctxrecover.events import Event, Notice
 from ctxrecover.messages import Message
 from ctxrecover.policy import Policy
-from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
+from ctxrecover.transport import HttpxSender
 
 SEED = 12
 NGINX_413 = "<html><head><title>413 Request Entity Too Large</title></head><body>nginx</body></html>"

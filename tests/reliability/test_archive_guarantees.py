@@ -29,8 +29,8 @@ import pytest
 from ctxrecover.archive import DiskArchive, extract_keys, recall
 from ctxrecover.errors import ArchiveError, ArchiveIntegrityError, ArchiveWriteError, RecoveryError
 from ctxrecover.messages import Message
-from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
+from ctxrecover.transport import HttpxSender
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]

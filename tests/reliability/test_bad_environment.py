@@ -20,8 +20,8 @@ from ctxrecover.archive import MemoryArchive
 from ctxrecover.events import Event, Notice
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import DEFAULT_POLICY, ENV_VARIABLES, ConfigWarning, Policy
-from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
+from ctxrecover.transport import HttpxSender
 from simulator.providers.mock import MockProvider
 from simulator.proxy.faults import BodyCap
 from simulator.proxy.middlebox import Middlebox

@@ -1,7 +1,7 @@
 """Soak: a long synthetic agent session under a mixed fault schedule stays bounded and loses nothing.
 
 A seeded session (simulator.transcripts.generator, small messages) is driven turn by turn
-through a real :class:`~ctxrecover.session.Session` + :class:`~ctxrecover.senders.HttpxSender`
+through a real :class:`~ctxrecover.session.Session` + :class:`~ctxrecover.transport.HttpxSender`
 over ``httpx.MockTransport`` into the scenario's middlebox and mock provider. The
 schedule mixes every fault a long run meets: connection resets and closes
 (transient, retried), nginx and JSON 413s, Akamai and corporate-proxy HTML 403s
@@ -39,9 +39,9 @@ from ctxrecover.archive import MemoryArchive
 from ctxrecover.errors import ContentBlockedError
 from ctxrecover.events import Event, Notice
 from ctxrecover.messages import Message
-from ctxrecover.senders import HttpxSender
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
+from ctxrecover.transport import HttpxSender
 from simulator.providers.mock import ParsedRequest, Reply
 from simulator.proxy.scenario import Scenario, scenario_from_document
 from simulator.research.retention import chars_lost

@@ -22,9 +22,9 @@ import httpx
 from ctxrecover.archive import MemoryArchive
 from ctxrecover.messages import Message
 from ctxrecover.policy import DEFAULT_POLICY, Policy
-from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
+from ctxrecover.transport import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from simulator.providers.mock import MockProvider
 from simulator.proxy.faults import BodyCap
 from simulator.proxy.loopback import LoopbackServer

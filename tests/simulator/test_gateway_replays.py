@@ -14,8 +14,9 @@ from ctxrecover.archive import Archive, extract_keys, recall
 from ctxrecover.errors import ContentBlockedError, HeaderFaultError
 from ctxrecover.events import PostCompact, PreCompact
 from ctxrecover.messages import Message
-from ctxrecover.senders import ChatRequest, ChatResponse, SendFailed, Usage
 from ctxrecover.session import Session
+from ctxrecover.transport import ChatRequest, ChatResponse, SendFailed
+from ctxrecover.wire import Usage
 from simulator.providers.mock import MockProvider
 from simulator.proxy.fault_specs import ScenarioError
 from simulator.proxy.scenario import load_scenario, scenario_from_document

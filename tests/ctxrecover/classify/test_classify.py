@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.classify.tables import OUTPUT_TRUNCATION_STOP_REASONS
+from ctxrecover.failure import RECOVERABLE_KINDS
 from ctxrecover.sizes import format_payload_size
 
 classify_module = importlib.import_module("ctxrecover.classify.decide")
@@ -939,7 +940,7 @@ def test_classify_never_raises(  # type: ignore[no-untyped-def]
     assert isinstance(failure, Failure)
     assert isinstance(failure.kind, FailureKind)
     assert (failure.reason is None) == (failure.reason_text is None)
-    assert failure.recoverable == (failure.kind in classify_module.RECOVERABLE_KINDS)
+    assert failure.recoverable == (failure.kind in RECOVERABLE_KINDS)
 
 
 # -- house rules -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from ctxrecover.archive import Archive, MemoryArchive, extract_keys, recall
-from ctxrecover.compactor import HistoryCompactor
+from ctxrecover.compaction import HistoryCompactor
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.passes.dedup_reads import dedup_repeated_reads
 from ctxrecover.passes.floor import SKILL_ENVELOPE_TEXT, SkillBlock, age_skill_blocks

@@ -32,8 +32,8 @@ from ctxrecover.recovery import (
     page_fingerprint,
     response_text,
 )
-from ctxrecover.senders import SendFailed
 from ctxrecover.sizes import MIB
+from ctxrecover.transport import SendFailed
 
 LEARNED = (
     "ℹ Gateway rejected a %s request — payload cap set to %s for this session "

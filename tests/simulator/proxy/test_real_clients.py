@@ -24,9 +24,9 @@ from ctxrecover.archive import MemoryArchive
 from ctxrecover.classify import FailureKind, classify
 from ctxrecover.events import Notice
 from ctxrecover.messages import Message, ToolCall
-from ctxrecover.senders import AnthropicSDKSender, ChatRequest, ChatResponse, OpenAISDKSender, SendFailed
 from ctxrecover.session import Session
 from ctxrecover.sizes import format_payload_size
+from ctxrecover.transport import AnthropicSDKSender, ChatRequest, ChatResponse, OpenAISDKSender, SendFailed
 from simulator.providers.mock import MockProvider
 from simulator.proxy.faults import BodyCap, Fault, ResetAfter, WafBlock
 from simulator.proxy.loopback import LoopbackServer

@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from ctxrecover import senders
 from ctxrecover.classify import FailureKind, classify
 from ctxrecover.messages import Message, ToolCall
-from ctxrecover.senders import (
+from ctxrecover.summarize.context_editing import context_management_request
+from ctxrecover.transport import (
     AnthropicSDKSender,
     ChatRequest,
     ChatResponse,
@@ -28,7 +28,7 @@ from ctxrecover.senders import (
     SendFailed,
     header_bytes,
 )
-from ctxrecover.summarize.context_editing import context_management_request
+from ctxrecover.transport import sdk as senders
 from ctxrecover.wire import Usage, WireFormat, encode_body, render_request
 
 BASE_URL = "http://provider.test/api"
@@ -655,7 +655,7 @@ def test_sdk_request_bytes_never_encode_the_history(monkeypatch: pytest.MonkeyPa
 
 
 def test_sdk_adapter_lets_programming_errors_through() -> None:
-    from ctxrecover.senders import OpenAISDKSender
+    from ctxrecover.transport import OpenAISDKSender
 
     class Completions:
         def create(self, **kwargs: Any) -> Any:

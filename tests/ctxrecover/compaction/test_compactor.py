@@ -20,7 +20,7 @@ from ctxrecover.archive import (
     marker,
     recall,
 )
-from ctxrecover.compactor import (
+from ctxrecover.compaction import (
     MANUAL_KEEP_RECENT,
     SUMMARY_HEADER,
     CompactionReport,

@@ -23,7 +23,6 @@ from ctxrecover.errors import CompactionCancelled, RecoveryExhausted, Unrecovera
 from ctxrecover.events import Event, Notice, PostCompact, PreCompact, StatusEvent
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import ENV_VARIABLES, ConfigWarning, Policy
-from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from ctxrecover.session import Session, resolve_summarizer
 from ctxrecover.sizes import format_payload_size, total_weight
 from ctxrecover.summarize import (
@@ -33,6 +32,7 @@ from ctxrecover.summarize import (
     SummaryResult,
     build_prompt,
 )
+from ctxrecover.transport import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from ctxrecover.wire import Usage, WireFormat, request_size
 
 KB = 1024

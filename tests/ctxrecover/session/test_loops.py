@@ -10,10 +10,10 @@ import pytest
 from ctxrecover.archive import MemoryArchive
 from ctxrecover.classify import FailureKind
 from ctxrecover.errors import ArchiveError, UnrecoverableFailure
-from ctxrecover.loops import Panel, PanelAnswer, oneshot
 from ctxrecover.messages import Message
-from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from ctxrecover.session import Session
+from ctxrecover.session.loops import Panel, PanelAnswer, oneshot
+from ctxrecover.transport import ChatRequest, ChatResponse, HttpxSender, SendFailed
 from ctxrecover.wire import Usage, WireFormat
 
 OVERFLOW_BODY = (

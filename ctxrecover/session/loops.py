@@ -18,8 +18,8 @@ from typing import Any, TextIO
 
 from ctxrecover.events import StderrRenderer
 from ctxrecover.messages import Message
-from ctxrecover.senders import Sender
 from ctxrecover.session import Session
+from ctxrecover.transport import Sender
 
 __all__ = ["Panel", "PanelAnswer", "oneshot"]
 

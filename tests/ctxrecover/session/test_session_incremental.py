@@ -21,7 +21,7 @@ from ctxrecover import Notice, Policy, Session
 from ctxrecover.archive import MemoryArchive
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.passes.floor import SkillBlock
-from ctxrecover.senders import HttpxSender
+from ctxrecover.transport import HttpxSender
 
 PATHS = ("a.py", "b.py", "src/c.py")
 TOO_LARGE = (

@@ -18,9 +18,9 @@ from ctxrecover.errors import PayloadFloorError, RecoveryExhausted, Unrecoverabl
 from ctxrecover.events import Notice, PostCompact, PreCompact
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import DEFAULT_POLICY, Policy
-from ctxrecover.senders import ChatRequest, ChatResponse, HttpxSender
 from ctxrecover.session import Session
 from ctxrecover.sizes import format_payload_size
+from ctxrecover.transport import ChatRequest, ChatResponse, HttpxSender
 from ctxrecover.wire import Usage
 
 KB = 1024
