@@ -9,7 +9,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY_WINGS = ("archive", "classify", "compaction", "passes", "recovery", "session", "summarize", "transport", "wire")
+LIBRARY_WINGS = (
+    "archive",
+    "classify",
+    "compaction",
+    "passes",
+    "recovery",
+    "session",
+    "summarize",
+    "transport",
+    "wire",
+)
 SIMULATOR_WINGS = ("cli", "providers", "proxy", "research", "transcripts")
 
 
