@@ -6,6 +6,7 @@ from ctxrecover.summarize.gate import (
     GatedSummary,
     SummarizationFailed,
     check_summary,
+    gated_summary,
     summarize_with_gate,
     summary_min_chars,
 )
@@ -17,7 +18,13 @@ from ctxrecover.summarize.prompt import (
     render_segment,
     summary_input_budget,
 )
-from ctxrecover.summarize.protocol import Summarizer, SummaryResult
+from ctxrecover.summarize.protocol import (
+    SummarizeCall,
+    SummarizeFlow,
+    Summarizer,
+    SummaryResult,
+    run_summaries,
+)
 
 __all__ = [
     "CancelToken",
@@ -28,11 +35,15 @@ __all__ = [
     "SEGMENT_HEADER",
     "SUMMARY_PROMPT",
     "SummarizationFailed",
+    "SummarizeCall",
+    "SummarizeFlow",
     "Summarizer",
     "SummaryResult",
     "build_prompt",
     "check_summary",
+    "gated_summary",
     "render_segment",
+    "run_summaries",
     "summarize_with_gate",
     "summary_input_budget",
     "summary_min_chars",

@@ -1,8 +1,11 @@
 """The summary quality gate (SPEC §5 Level 2): reject empty, refusing or too-short answers, try once more.
 
-:func:`summarize_with_gate` calls a summarizer, checks its answer with
-:func:`check_summary` and tries once more before giving up with a
-:class:`SummarizationFailed` that carries the calls, tokens and cost already spent.
+:func:`gated_summary` asks a summarizer — as a flow: it yields the
+:class:`~ctxrecover.summarize.protocol.SummarizeCall` and is sent the answer —,
+checks the answer with :func:`check_summary` and asks once more before giving up
+with a :class:`SummarizationFailed` that carries the calls, tokens and cost
+already spent. :func:`summarize_with_gate` does the same, calling the summarizer
+itself.
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ from dataclasses import dataclass
 
 from ctxrecover.cancel import CancelToken
 from ctxrecover.errors import CompactionCancelled, ConfigError, SummarizerError
-from ctxrecover.summarize.protocol import Summarizer
+from ctxrecover.summarize.protocol import SummarizeCall, SummarizeFlow, Summarizer, run_summaries
 
 __all__ = [
     "GatedSummary",
     "SummarizationFailed",
     "check_summary",
+    "gated_summary",
     "summarize_with_gate",
     "summary_min_chars",
 ]
@@ -140,8 +144,33 @@ def summarize_with_gate(
     timeout: float | None = None,
     cancel: CancelToken | None = None,
 ) -> GatedSummary:
-    """Ask ``summarizer`` and apply :func:`check_summary`; a rejected answer is retried ``retries`` times.
+    """:func:`gated_summary`, calling ``summarizer`` on the spot (blocking)."""
+    return run_summaries(
+        gated_summary(
+            summarizer,
+            prompt,
+            segment_chars,
+            retries=retries,
+            instruction=instruction,
+            timeout=timeout,
+            cancel=cancel,
+        )
+    )
 
+
+def gated_summary(
+    summarizer: Summarizer,
+    prompt: str,
+    segment_chars: int,
+    *,
+    retries: int = 1,
+    instruction: str | None = None,
+    timeout: float | None = None,
+    cancel: CancelToken | None = None,
+) -> SummarizeFlow[GatedSummary]:
+    """Ask ``summarizer`` and apply :func:`check_summary`; a rejected answer is asked again ``retries`` times.
+
+    A flow: each call is yielded as a :class:`SummarizeCall` for the driver to carry out.
     A last rejection or any summarizer error raises :class:`SummarizationFailed` with
     the usage spent so far; :class:`CompactionCancelled` propagates untouched.
     """
@@ -166,7 +195,7 @@ def summarize_with_gate(
             cancel.raise_if_cancelled()
         calls += 1
         try:
-            result = summarizer.summarize(prompt, instruction=instruction, timeout=timeout, cancel=cancel)
+            result = yield SummarizeCall(summarizer, prompt, instruction, timeout, cancel)
         except CompactionCancelled:
             raise
         except Exception as exc:

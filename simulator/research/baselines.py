@@ -31,6 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ctxrecover.archive import Archive
+from ctxrecover.compaction import HistoryCompactor
 from ctxrecover.errors import ConfigError
 from ctxrecover.events import EventBus, SessionStats
 from ctxrecover.policy import CHAT_POLICY, DEFAULT_POLICY, Policy
@@ -40,16 +41,16 @@ from simulator.research.peers import (
     MASKED_OBSERVATION,
     OBSERVATION_WINDOW_TURNS,
     SUMMARIZE_KEEP_LAST,
-    ClineCompactor,
     ClineDrop,
     ClineKeep,
-    KeepLastCompactor,
+    ClineTruncation,
+    KeepLast,
     KeepLastTrim,
-    MaskingCompactor,
+    Masking,
     MaskObservations,
-    NoCompaction,
     SummarizeAll,
-    SummarizeAllCompactor,
+    SummarizingCondenser,
+    Untouched,
 )
 
 __all__ = [
@@ -122,14 +123,16 @@ def _peer_cap(policy: Policy) -> GatewayModel:
 def _no_recovery(
     policy: Policy, archive: Archive, events: EventBus, stats: SessionStats, summarizer: Summarizer | None
 ) -> dict[str, Any]:
-    return {"compactor": NoCompaction(policy, archive, events=events, stats=stats)}
+    return {"compactor": HistoryCompactor(policy, archive, levels=Untouched(), events=events, stats=stats)}
 
 
 def _cline(
     keep: ClineKeep, policy: Policy, archive: Archive, events: EventBus, stats: SessionStats
 ) -> dict[str, Any]:
     return {
-        "compactor": ClineCompactor(policy, archive, events=events, stats=stats, keep=keep),
+        "compactor": HistoryCompactor(
+            policy, archive, levels=ClineTruncation(keep), events=events, stats=stats
+        ),
         "ladder": RecoveryLadder(ClineDrop(keep)),
         "gateway": _peer_cap(policy),
     }
@@ -151,7 +154,7 @@ def _keep_last(
     policy: Policy, archive: Archive, events: EventBus, stats: SessionStats, summarizer: Summarizer | None
 ) -> dict[str, Any]:
     return {
-        "compactor": KeepLastCompactor(policy, archive, events=events, stats=stats),
+        "compactor": HistoryCompactor(policy, archive, levels=KeepLast(), events=events, stats=stats),
         "ladder": RecoveryLadder(KeepLastTrim()),
         "gateway": _peer_cap(policy),
     }
@@ -161,7 +164,7 @@ def _masking(
     policy: Policy, archive: Archive, events: EventBus, stats: SessionStats, summarizer: Summarizer | None
 ) -> dict[str, Any]:
     return {
-        "compactor": MaskingCompactor(policy, archive, events=events, stats=stats),
+        "compactor": HistoryCompactor(policy, archive, levels=Masking(), events=events, stats=stats),
         "ladder": RecoveryLadder(MaskObservations()),
         "gateway": _peer_cap(policy),
     }
@@ -171,8 +174,8 @@ def _summarize_everything(
     policy: Policy, archive: Archive, events: EventBus, stats: SessionStats, summarizer: Summarizer | None
 ) -> dict[str, Any]:
     return {
-        "compactor": SummarizeAllCompactor(
-            policy, archive, summarizer=summarizer, events=events, stats=stats
+        "compactor": HistoryCompactor(
+            policy, archive, summarizer=summarizer, levels=SummarizingCondenser(), events=events, stats=stats
         ),
         "ladder": RecoveryLadder(SummarizeAll(summarizer, stats)),
         "gateway": _peer_cap(policy),

@@ -9,12 +9,13 @@ them into named strategies.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from ctxrecover.compaction import HistoryCompactor
+from ctxrecover.compaction import CompactionRun, LevelBase
+from ctxrecover.compaction.levels import LevelFlow
 from ctxrecover.errors import SummarizerError
 from ctxrecover.events import SessionStats
 from ctxrecover.messages import Message
@@ -26,25 +27,33 @@ from ctxrecover.recovery import (
     StepReport,
 )
 from ctxrecover.sizes import total_weight
-from ctxrecover.summarize import CancelToken, Summarizer, build_prompt, render_segment
+from ctxrecover.summarize import (
+    CancelToken,
+    SummarizeCall,
+    SummarizeFlow,
+    Summarizer,
+    build_prompt,
+    render_segment,
+    run_summaries,
+)
 
 __all__ = [
     "ClineKeep",
     "CLINE_KEPT_HEAD",
     "CLINE_TRUNCATION_NOTICE",
-    "ClineCompactor",
+    "ClineTruncation",
     "ClineDrop",
-    "KeepLastCompactor",
+    "KeepLast",
     "KeepLastTrim",
     "LEVELS",
     "MASKED_OBSERVATION",
     "MaskObservations",
-    "MaskingCompactor",
-    "NoCompaction",
+    "Masking",
     "OBSERVATION_WINDOW_TURNS",
     "PHASE_LEVEL1",
     "PHASE_LEVEL2",
     "PHASE_LEVEL3",
+    "PeerLevel",
     "STATUS_CLINE",
     "STATUS_KEEP_LAST",
     "STATUS_MASKED",
@@ -53,10 +62,12 @@ __all__ = [
     "SUMMARY_FAILED",
     "SUMMARY_TEMPLATE",
     "SummarizeAll",
-    "SummarizeAllCompactor",
+    "SummarizingCondenser",
+    "Untouched",
     "cline_truncate",
     "mask_observations",
     "summarize_all",
+    "summarize_all_flow",
     "trim_last",
 ]
 
@@ -195,14 +206,32 @@ def summarize_all(
     cancel: CancelToken | None = None,
     memo: dict[str, tuple[str, _Usage]] | None = None,
 ) -> tuple[list[Message], int, _Usage]:
+    """:func:`summarize_all_flow`, calling the summarizer on the spot."""
+    return run_summaries(
+        summarize_all_flow(
+            history, summarizer, keep_last=keep_last, timeout=timeout, cancel=cancel, memo=memo
+        )
+    )
+
+
+def summarize_all_flow(
+    history: list[Message],
+    summarizer: Summarizer | None,
+    *,
+    keep_last: int = SUMMARIZE_KEEP_LAST,
+    timeout: float | None = None,
+    cancel: CancelToken | None = None,
+    memo: dict[str, tuple[str, _Usage]] | None = None,
+) -> SummarizeFlow[tuple[list[Message], int, _Usage]]:
     """OpenHands' summarizing condenser: every non-system message but the last ``keep_last``
-    (snapped back to a whole tool block) becomes one LLM summary.
+    (snapped back to a whole tool block) becomes one LLM summary (a flow: the summarizer call
+    is yielded).
 
     No quality gate: a refusal becomes the summary, as in the peer. A failed call (or no
     summarizer) leaves a one-line placeholder. The summarized messages are not archived.
     Returns the new history, the messages condensed (0: the input itself) and the usage.
     With ``memo``, the answer to the last prompt is remembered: asked again, it is reused
-    and costs nothing (the Session dry-runs the last ladder rung before running it).
+    and costs nothing.
     """
     floor = leading_system_count(history)
     start = snap_to_tool_boundary(history, max(floor, len(history) - keep_last))
@@ -224,7 +253,13 @@ def summarize_all(
         if memo is not None and prompt in memo:
             text = memo[prompt][0]
         else:
-            text, usage = _ask(summarizer, prompt, timeout, cancel)
+            try:
+                answer = yield SummarizeCall(summarizer, prompt, timeout=timeout, cancel=cancel)
+            except SummarizerError as exc:
+                text, usage = SUMMARY_FAILED.format(reason=" ".join(str(exc).split())), _Usage(calls=1)
+            else:
+                text = answer.text.strip()
+                usage = _Usage(1, answer.input_tokens, answer.output_tokens, answer.cost_usd)
             if memo is not None:
                 memo.clear()
                 memo[prompt] = (text, usage)
@@ -235,86 +270,67 @@ def summarize_all(
     return [*history[:floor], *systems, summary, *history[start:]], len(condensed), usage
 
 
-def _ask(
-    summarizer: Summarizer, prompt: str, timeout: float | None, cancel: CancelToken | None
-) -> tuple[str, _Usage]:
-    try:
-        answer = summarizer.summarize(prompt, timeout=timeout, cancel=cancel)
-    except SummarizerError as exc:
-        return SUMMARY_FAILED.format(reason=" ".join(str(exc).split())), _Usage(calls=1)
-    return answer.text.strip(), _Usage(1, answer.input_tokens, answer.output_tokens, answer.cost_usd)
+@dataclass(frozen=True, slots=True)
+class Untouched(LevelBase):
+    """Planned compaction switched off: the budget is never enforced (every compaction is skipped)."""
 
+    label: ClassVar[str] = "untouched"
 
-class NoCompaction(HistoryCompactor):
-    """Planned compaction switched off: the budget is never enforced (every call is skipped)."""
-
-    def levels(
-        self,
-        history: list[Message],
-        run: Any,
-        keep_recent: int,
-        cancel: CancelToken | None,
-        instruction: str | None,
-    ) -> list[Message]:
+    def __call__(self, history: list[Message], run: CompactionRun) -> list[Message]:
         return history
 
 
-class _PeerCompactor(HistoryCompactor):
+class PeerLevel(LevelBase):
     """A peer's planned compaction: one rewrite when the history is over budget, reported as a level.
 
-    Subclasses implement :meth:`rewrite`; it returns the history (the input itself when it
-    changes nothing) and the status line. Bookkeeping (events, counters, undo) is the
-    :class:`HistoryCompactor`'s.
+    Subclasses implement :meth:`rewrite` (a flow when it summarizes); it returns the history
+    (the input itself when it changes nothing) and the status line. Bookkeeping (events,
+    counters, undo) is the :class:`~ctxrecover.compaction.HistoryCompactor`'s.
     """
 
     phase: ClassVar[str] = PHASE_LEVEL3
 
-    def levels(
-        self,
-        history: list[Message],
-        run: Any,
-        keep_recent: int,
-        cancel: CancelToken | None,
-        instruction: str | None,
-    ) -> list[Message]:
-        if run.chars_before <= run.budget and instruction is None:
+    def __call__(self, history: list[Message], run: CompactionRun) -> LevelFlow:
+        if not run.needs(history):
             return history
-        result, message = self.rewrite(history, run, keep_recent, cancel)
+        rewritten = self.rewrite(history, run)
+        if isinstance(rewritten, Generator):
+            rewritten = yield from rewritten
+        result, message = rewritten
         if result is not history:
             result, _ = repair_pairing(result, archive=run.archive)
             run.level = LEVELS[self.phase]
-            self._status(self.phase, message)
+            run.status(self.phase, message)
         return result
 
     def rewrite(
-        self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None
-    ) -> tuple[list[Message], str]:
+        self, history: list[Message], run: CompactionRun
+    ) -> tuple[list[Message], str] | SummarizeFlow[tuple[list[Message], str]]:
         raise NotImplementedError
 
 
-class ClineCompactor(_PeerCompactor):
+@dataclass(frozen=True, slots=True)
+class ClineTruncation(PeerLevel):
     """Cline's context management: over budget, one :func:`cline_truncate` per request."""
 
-    def __init__(self, *args: Any, keep: ClineKeep = "half", **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.keep: ClineKeep = keep
+    keep: ClineKeep = "half"
+    label: ClassVar[str] = "cline"
 
-    def rewrite(
-        self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None
-    ) -> tuple[list[Message], str]:
+    def rewrite(self, history: list[Message], run: CompactionRun) -> tuple[list[Message], str]:
         result, dropped = cline_truncate(history, self.keep)
         return result, STATUS_CLINE % (dropped, len(history))
 
 
-class KeepLastCompactor(_PeerCompactor):
+@dataclass(frozen=True, slots=True)
+class KeepLast(PeerLevel):
     """LangChain ``trim_messages`` as planned compaction: the last ``keep_recent`` messages, or fewer
     until the history fits the budget (:func:`trim_last`)."""
 
-    def rewrite(
-        self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None
-    ) -> tuple[list[Message], str]:
+    label: ClassVar[str] = "trim_messages"
+
+    def rewrite(self, history: list[Message], run: CompactionRun) -> tuple[list[Message], str]:
         result = history
-        for count in range(keep_recent, 0, -1):
+        for count in range(run.keep_recent, 0, -1):
             result = trim_last(history, count)
             if total_weight(result) <= run.budget:
                 break
@@ -323,32 +339,29 @@ class KeepLastCompactor(_PeerCompactor):
         return result, STATUS_KEEP_LAST % (len(result), len(history))
 
 
-class MaskingCompactor(_PeerCompactor):
+@dataclass(frozen=True, slots=True)
+class Masking(PeerLevel):
     """Observation masking as planned compaction (:func:`mask_observations`)."""
 
-    phase = PHASE_LEVEL1
+    window_turns: int = OBSERVATION_WINDOW_TURNS
+    phase: ClassVar[str] = PHASE_LEVEL1
+    label: ClassVar[str] = "masking"
 
-    def __init__(self, *args: Any, window_turns: int = OBSERVATION_WINDOW_TURNS, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.window_turns = window_turns
-
-    def rewrite(
-        self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None
-    ) -> tuple[list[Message], str]:
+    def rewrite(self, history: list[Message], run: CompactionRun) -> tuple[list[Message], str]:
         result, masked = mask_observations(history, self.window_turns)
         return result, STATUS_MASKED % (masked, self.window_turns)
 
 
-class SummarizeAllCompactor(_PeerCompactor):
-    """The summarizing condenser as planned compaction (:func:`summarize_all`)."""
+@dataclass(frozen=True, slots=True)
+class SummarizingCondenser(PeerLevel):
+    """The summarizing condenser as planned compaction (:func:`summarize_all_flow`)."""
 
-    phase = PHASE_LEVEL2
+    phase: ClassVar[str] = PHASE_LEVEL2
+    label: ClassVar[str] = "summarizing_condenser"
 
-    def rewrite(
-        self, history: list[Message], run: Any, keep_recent: int, cancel: CancelToken | None
-    ) -> tuple[list[Message], str]:
-        result, condensed, usage = summarize_all(
-            history, self.summarizer, timeout=self.policy.summarizer_timeout_s, cancel=cancel
+    def rewrite(self, history: list[Message], run: CompactionRun) -> SummarizeFlow[tuple[list[Message], str]]:
+        result, condensed, usage = yield from summarize_all_flow(
+            history, run.summarizer, timeout=run.policy.summarizer_timeout_s, cancel=run.cancel
         )
         run.account(usage)
         return result, STATUS_SUMMARIZED % (condensed, SUMMARIZE_KEEP_LAST)

@@ -29,7 +29,7 @@ from hypothesis.stateful import (
 
 from ctxrecover.archive import Archive, MemoryArchive
 from ctxrecover.classify import Failure, FailureKind
-from ctxrecover.compaction.compactor import (
+from ctxrecover.compaction import (
     LEVEL_SUMMARY,
     LEVEL_TRUNCATION,
     CompactionReport,
