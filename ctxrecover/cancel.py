@@ -102,4 +102,5 @@ def run_bounded(call: Callable[[], T], *, timeout: float | None, cancel: CancelT
             raise TimeoutError(f"{what} timed out after {timeout:g}s")
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["value"]
+    value: T = outcome["value"]
+    return value

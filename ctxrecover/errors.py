@@ -5,6 +5,7 @@ exceptions are what the library itself raises::
 
     CtxRecoverError
     ├── ConfigError                 bad policy value or argument (also ValueError)
+    │   └── ArgumentTypeError       an argument of the wrong type (also TypeError)
     ├── MessageError                a message built from bad values (also TypeError and ValueError)
     │   ├── UnencodableTextError    text holding a lone surrogate (no provider accepts it)
     │   └── NestingTooDeepError     tool-call arguments nested past MAX_ARGUMENT_DEPTH
@@ -13,6 +14,7 @@ exceptions are what the library itself raises::
     │   │   └── ArchiveIntegrityError   an entry's content does not match its key
     │   ├── ArchiveFullError        storing would evict what a live history reaches (nothing was cut)
     │   └── ArchiveWriteError       the file cannot be written now (read-only, disk full); reads work
+    ├── ResponseFormatError         a provider's 2xx answer is not its wire format's success (also ValueError)
     ├── SummarizerError             a summarizer failed or its answer was rejected
     ├── CompactionCancelled         a cancel token or deadline stopped compaction
     └── RecoveryError               a turn could not be completed (carries the failure)
@@ -33,6 +35,7 @@ __all__ = [
     "ArchiveFullError",
     "ArchiveIntegrityError",
     "ArchiveWriteError",
+    "ArgumentTypeError",
     "CompactionCancelled",
     "ConfigError",
     "ContentBlockedError",
@@ -43,6 +46,7 @@ __all__ = [
     "PayloadFloorError",
     "RecoveryError",
     "RecoveryExhausted",
+    "ResponseFormatError",
     "SummarizerError",
     "UnencodableTextError",
     "UnrecoverableFailure",
@@ -55,6 +59,10 @@ class CtxRecoverError(Exception):
 
 class ConfigError(CtxRecoverError, ValueError):
     """A policy value or argument is invalid; the message says how to fix it."""
+
+
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument has the wrong type; the message names it and what was expected. Also a ``TypeError``."""
 
 
 class MessageError(CtxRecoverError, TypeError, ValueError):
@@ -145,6 +153,15 @@ class ArchiveWriteError(ArchiveError):
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+class ResponseFormatError(CtxRecoverError, ValueError):
+    """A provider's successful answer is not the response of its wire format: ``field`` names what is
+    missing or mistyped (``choices.0.message``, …). Also a ``ValueError``."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SummarizerError(CtxRecoverError):

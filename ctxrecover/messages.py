@@ -273,14 +273,16 @@ class Message:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
-        """Inverse of :meth:`to_dict`; raises ``ValueError``/``TypeError`` naming the bad field."""
+        """Inverse of :meth:`to_dict`; raises :class:`~ctxrecover.errors.MessageError` (a ``ValueError``
+        and a ``TypeError``) naming the bad field."""
         if not isinstance(data, dict):
-            raise TypeError(f"a message must be a JSON object, got {type(data).__name__}")
+            raise MessageError(f"a message must be a JSON object, got {type(data).__name__}", field="message")
         unknown = set(data) - _DICT_FIELDS
         if unknown:
-            raise ValueError(f"unknown message field(s): {', '.join(sorted(unknown))}")
+            names = ", ".join(sorted(unknown))
+            raise MessageError(f"unknown message field(s): {names}", field=sorted(unknown)[0])
         if "role" not in data:
-            raise ValueError("message field 'role' is missing")
+            raise MessageError("message field 'role' is missing", field="role")
         kwargs = dict(data)
         try:
             kwargs["tool_calls"] = tuple(
@@ -289,7 +291,7 @@ class Message:
             )
             kwargs["images"] = tuple(Image(**i) for i in data.get("images") or ())
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"bad tool_calls/images field: {exc}") from exc
+            raise MessageError(f"bad tool_calls/images field: {exc}", field="tool_calls/images") from exc
         kwargs["system_parts"] = tuple(data.get("system_parts") or ())
         return cls(**kwargs)
 

@@ -41,7 +41,13 @@ from ctxrecover.archive.entries import TEXT_ENCODING
 from ctxrecover.archive.keys import MARKER_RE, archive_key, extract_keys, has_marker
 from ctxrecover.archive.sqlite_file import ArchiveFile, Transaction
 from ctxrecover.archive.store import DEFAULT_NAMESPACE, check_namespace
-from ctxrecover.errors import ArchiveError, ArchiveFullError, ArchiveIntegrityError, ConfigError
+from ctxrecover.errors import (
+    ArchiveError,
+    ArchiveFullError,
+    ArchiveIntegrityError,
+    ArgumentTypeError,
+    ConfigError,
+)
 from ctxrecover.sizes import MIB, format_payload_size
 
 __all__ = ["ArchiveStats", "DiskArchive"]
@@ -135,7 +141,7 @@ class DiskArchive:
         file cannot be written; nothing is stored then.
         """
         if not isinstance(content, str):
-            raise TypeError(f"DiskArchive.put needs a str, got {type(content).__name__}")
+            raise ArgumentTypeError(f"DiskArchive.put needs a str, got {type(content).__name__}")
         key = archive_key(content)
         self._store([(key, content)], owner)
         return key

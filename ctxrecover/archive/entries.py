@@ -175,9 +175,11 @@ def apply_touches(t: Transaction, touched: Mapping[tuple[str, str], float]) -> N
 
 def evictable_bytes(t: Transaction) -> int:
     """Bytes eviction could free in this transaction (unheld entries written before it)."""
-    return t.conn.execute(
-        "SELECT COALESCE(SUM(size), 0) FROM entries WHERE holds = 0 AND access_seq <= ?", (t.seq_start,)
-    ).fetchone()[0]
+    return int(
+        t.conn.execute(
+            "SELECT COALESCE(SUM(size), 0) FROM entries WHERE holds = 0 AND access_seq <= ?", (t.seq_start,)
+        ).fetchone()[0]
+    )
 
 
 # -- pins --------------------------------------------------------------------------------------

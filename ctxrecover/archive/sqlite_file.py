@@ -24,7 +24,7 @@ from ctxrecover.archive import entries
 from ctxrecover.archive.entries import Transaction
 from ctxrecover.errors import ArchiveCorruptError, ArchiveError, ArchiveWriteError
 
-__all__: list[str] = []
+__all__ = ["ArchiveFile", "Transaction"]
 
 _T = TypeVar("_T")
 

@@ -178,7 +178,7 @@ def _class_hit(x: Evidence, names: tuple[str, ...]) -> str | None:
     return next((n for n, root in x.classes if n in names and root in NETWORK_MODULE_ROOTS), None)
 
 
-def _network_kind(x: Evidence) -> tuple[FailureKind, str] | None:
+def _network_kind(x: Evidence, large_history_chars: int) -> tuple[FailureKind, str] | None:
     """Timeouts, dropped connections, unreachable hosts; a drop whose text names an overflow is one."""
     text, history_chars = x.text, x.history_chars
     hit = _class_hit(x, TIMEOUT_CLASSES) or find(text, TIMEOUT_PHRASES)
@@ -192,7 +192,7 @@ def _network_kind(x: Evidence) -> tuple[FailureKind, str] | None:
     if hit is None and GO_EOF_SUFFIX.search(text):
         hit = ": eof"
     if hit:
-        if history_chars >= SUSPECTED_PAYLOAD_HISTORY_CHARS:
+        if history_chars >= large_history_chars:
             return FailureKind.SUSPECTED_PAYLOAD, f"{hit} + history {history_chars} chars"
         return FailureKind.TRANSIENT_NETWORK, hit
     hit = _class_hit(x, TRANSIENT_NETWORK_CLASSES) or find(text, TRANSIENT_NETWORK_PHRASES)
@@ -221,7 +221,7 @@ def _waf_signal(x: Evidence, text: str, block: str | None) -> str | None:
     )
 
 
-def _decide(x: Evidence) -> _Verdict:
+def _decide(x: Evidence, large_history_chars: int) -> _Verdict:
     """The rules of SPEC §2 in order, first match wins (see the module docstring)."""
     status, text = x.status, x.text
     said = status if status is not None else x.stated_status  # a status stated in the text counts as one
@@ -269,7 +269,7 @@ def _decide(x: Evidence) -> _Verdict:
     if malformed:
         return _Verdict(FailureKind.MALFORMED_HISTORY, malformed)
     if status is None or status < 400 or status in TRANSIENT_STATUSES:  # a 200 stream can still drop
-        network = _network_kind(x)
+        network = _network_kind(x, large_history_chars)
         if network:
             return _Verdict(*network)
     # Stated numbers decide: an output budget that alone fills the window is an output limit; input + output
@@ -319,14 +319,17 @@ def _output_cap(text: str) -> int | None:
     return stated_output_limit(text)
 
 
-def decide(x: Evidence) -> Failure:
-    """The :class:`Failure` the evidence shows (SPEC §2); reads ``x`` only, gathers nothing."""
+def decide(x: Evidence, *, large_history_chars: int = SUSPECTED_PAYLOAD_HISTORY_CHARS) -> Failure:
+    """The :class:`Failure` the evidence shows (SPEC §2); reads ``x`` only, gathers nothing.
+
+    ``large_history_chars`` is the history size from which a dropped connection is a suspected
+    payload limit (SPEC §2.4: 500 000; ``Policy.suspected_payload_history_chars``)."""
     if not x.has_error and (x.status is None or x.status < 400):
         success = _success_outcome(x)
         if success is not None:
             provider = success.provider or identify(x, "").provider
             return dataclasses.replace(success, provider=provider, status=x.status)
-    verdict = _decide(x)
+    verdict = _decide(x, large_history_chars)
     kind, text = verdict.kind, x.text
     named = identify(x)
     provider = named.provider or named.middlebox
@@ -359,20 +362,24 @@ def classify(
     headers: Mapping[str, str] | None = None,
     request_bytes: int | None = None,
     history_chars: int | None = None,
+    large_history_chars: int = SUSPECTED_PAYLOAD_HISTORY_CHARS,
 ) -> Failure:
     """Classify one exchange (SPEC §2); never raises.
 
     ``body`` is text, bytes or parsed JSON; ``error`` any exception (its cause
     chain is read too). ``request_bytes`` is the size of the request that failed
     (becomes ``rejected_bytes``); ``history_chars`` decides whether an EOF/reset
-    is a suspected payload limit (≥ 500 000) or a transient network failure.
+    is a suspected payload limit (at ``large_history_chars`` or more: 500 000 by
+    default, a session passes ``Policy.suspected_payload_history_chars``) or a
+    transient network failure.
     If reading the inputs fails, the result is ``kind=other`` naming the error.
 
     >>> classify(status=400, body={"error": {"code": "context_length_exceeded"}}).kind
     <FailureKind.CONTEXT_OVERFLOW: 'context_overflow'>
     """
     try:
-        return decide(gather(error, status, body, headers, request_bytes, history_chars))
+        evidence = gather(error, status, body, headers, request_bytes, history_chars)
+        return decide(evidence, large_history_chars=large_history_chars)
     except Exception as exc:  # the documented fallback: a classifier must never mask the real failure
-        evidence = f"unclassifiable: {type(exc).__name__}"
-        return Failure(FailureKind.OTHER, status=http_status(status), evidence=evidence)
+        unclassifiable = f"unclassifiable: {type(exc).__name__}"
+        return Failure(FailureKind.OTHER, status=http_status(status), evidence=unclassifiable)

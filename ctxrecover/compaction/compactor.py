@@ -123,6 +123,17 @@ class HistoryCompactor:
         """Pop and return the history as it was before the newest applied compaction, or None."""
         return self._undo.pop() if self._undo else None
 
+    def checkpoint(self) -> tuple[deque[list[Message]], int, dict[int, Message]]:
+        """What :meth:`rollback` restores: the undo stack, the back-off and the memory-flush record."""
+        return deque(self._undo, maxlen=self._undo.maxlen), self._backoff.remaining, dict(self._flushed)
+
+    def rollback(self, state: tuple[deque[list[Message]], int, dict[int, Message]]) -> None:
+        """Return to a :meth:`checkpoint` (the turn that compacted was interrupted)."""
+        undo, self._backoff.remaining, flushed = state
+        self._undo = deque(undo, maxlen=undo.maxlen)
+        self._flushed = dict(flushed)
+        self._pending = None
+
     def prepare_rewrite(self, history: Sequence[Message]) -> None:
         """Before a rewrite done outside :meth:`compact` (recovery, SPEC §6 step 3).
 

@@ -96,7 +96,7 @@ def _parts(level: object) -> tuple[CompactionLevel, ...]:
         return level.levels
     if not callable(level):
         raise ConfigError(f"a compaction level must be callable(history, run), got {type(level).__name__}")
-    return (level,)  # type: ignore[return-value]
+    return (level,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,11 +197,12 @@ def _parsed(msg: Message, call: ToolCall | None, parsers: Sequence[ReadParser]) 
     """The blocks of the first parser that finds any, memoized on the message (parsed once, not per turn)."""
     memo = msg._cache.get(READS_CACHE_KEY)
     if memo is not None:
-        cached_call, cached_parsers, blocks = memo
+        cached_call, cached_parsers, cached_blocks = memo
         if (cached_call is call or cached_call == call) and (
             cached_parsers is parsers or cached_parsers == parsers
         ):
-            return blocks
+            known: list[ReadBlock] = cached_blocks
+            return known
     blocks = next((found for parser in parsers if (found := parser(msg, call))), [])
     msg._cache[READS_CACHE_KEY] = (call, parsers, blocks)
     return blocks

@@ -159,7 +159,7 @@ class HistoryIndex:
         if old is msg:
             return
         if not same_layout(old, msg):
-            raise ValueError(f"position {position}: a {msg.role} message cannot take a {old.role}'s place")
+            raise ConfigError(f"position {position}: a {msg.role} message cannot take a {old.role}'s place")
         self.messages[position] = msg
         for _, listener in self._listeners.values():
             listener.replaced(self, position, old)

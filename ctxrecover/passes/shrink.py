@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ctxrecover.archive import Archive
+from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
 from ctxrecover.passes.truncate import recall_suffix, recall_suffix_key, truncate_head_tail
 from ctxrecover.sizes import weight
@@ -76,9 +77,9 @@ def shrink_to_budget(
     cut. Returns the input list itself when it already fits.
     """
     if budget_chars < 0:
-        raise ValueError(f"shrink_to_budget needs budget_chars >= 0, got {budget_chars}")
+        raise ConfigError(f"shrink_to_budget needs budget_chars >= 0, got {budget_chars}")
     if min_chars < MIN_FLOOR_CHARS:
-        raise ValueError(
+        raise ConfigError(
             f"shrink_to_budget needs min_chars >= {MIN_FLOOR_CHARS} so a cut message keeps its "
             f"head, tail, omission notice and recall marker (got {min_chars})"
         )

@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 
 from ctxrecover.archive import Archive, archive_range, marker
+from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
 from ctxrecover.passes.truncate import (
     recall_suffix,
@@ -173,13 +174,13 @@ def trim_history(
     input list itself when nothing changes.
     """
     if feedback_max_chars < MIN_FEEDBACK_MAX_CHARS:
-        raise ValueError(
+        raise ConfigError(
             f"trim_history needs feedback_max_chars >= {MIN_FEEDBACK_MAX_CHARS} (got {feedback_max_chars})"
         )
     if min(block_head_chars, block_tail_chars) < 0 or (
         block_head_chars + block_tail_chars + len(BLOCK_OMISSION) >= block_max_chars
     ):
-        raise ValueError(
+        raise ConfigError(
             "trim_history needs block_head_chars + block_tail_chars plus the omission line "
             f"below block_max_chars (got {block_head_chars} + {block_tail_chars} vs {block_max_chars})"
         )

@@ -26,6 +26,7 @@ from itertools import islice
 from operator import attrgetter, countOf
 
 from ctxrecover.archive import Archive, archive_message, archive_range, marker, render_transcript
+from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
 
 __all__ = [
@@ -90,9 +91,9 @@ def truncate_head_tail(
     is at least the separator's length (below that, the separator alone).
     """
     if limit < 0:
-        raise ValueError(f"truncate_head_tail needs limit >= 0, got {limit}")
+        raise ConfigError(f"truncate_head_tail needs limit >= 0, got {limit}")
     if not 0.0 <= head_ratio <= 1.0:
-        raise ValueError(f"truncate_head_tail needs 0 <= head_ratio <= 1, got {head_ratio}")
+        raise ConfigError(f"truncate_head_tail needs 0 <= head_ratio <= 1, got {head_ratio}")
     if len(text) <= limit:
         return text
     counted = "%d" in separator
@@ -207,7 +208,7 @@ def emergency_truncate(
     floor. Returns the input list itself when there is nothing to drop.
     """
     if keep_recent < 0:
-        raise ValueError(f"emergency_truncate needs keep_recent >= 0, got {keep_recent}")
+        raise ConfigError(f"emergency_truncate needs keep_recent >= 0, got {keep_recent}")
     floor = leading_system_count(history)
     start = recent_start(history, floor, keep_recent)
     segment = history[floor:start]
@@ -256,7 +257,7 @@ def cap_assistant_messages(
     Returns the input list itself when nothing is over the cap.
     """
     if max_chars < MIN_CAP_CHARS:
-        raise ValueError(
+        raise ConfigError(
             f"cap_assistant_messages needs max_chars >= {MIN_CAP_CHARS} so a cut message keeps "
             f"its head, tail and recall marker (got {max_chars})"
         )
@@ -313,11 +314,11 @@ def keep_last(
     System messages keep their order and are gathered at the front.
     """
     if n < 2:
-        raise ValueError(
+        raise ConfigError(
             f"keep_last needs n >= 2 so the history can still start with a user message (got {n})"
         )
     if per_message_cap is not None and per_message_cap < MIN_CAP_CHARS:
-        raise ValueError(
+        raise ConfigError(
             f"keep_last needs per_message_cap >= {MIN_CAP_CHARS} (or None) so a cut message keeps "
             f"its head, tail and recall marker (got {per_message_cap})"
         )

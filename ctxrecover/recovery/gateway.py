@@ -47,7 +47,6 @@ from ctxrecover.recovery.notices import (
     CAP_LIFTED_NOTICE,
     LEARNED_CAP_CODE,
     LEARNED_CAP_NOTICE,
-    SUSPECTED_LARGE_HISTORY_REASON,
     SUSPECTED_REPEAT_REASON,
     size_text,
 )
@@ -274,13 +273,14 @@ class GatewayModel:
         request_bytes: int | None,
         policy: Policy,
         body: str | None = None,
-        history_chars: int = 0,
     ) -> Judgement:
         """What a rejected request of ``request_bytes`` means, and the model that follows.
 
         ``body`` is the gateway's answer (for the page fingerprint and to tell a
-        provider's JSON from a gateway page); ``history_chars`` the history's size
-        (SPEC §2.4: an EOF with 500 000 chars or more is a suspected payload limit).
+        provider's JSON from a gateway page). A dropped connection that classification
+        already read as a suspected payload limit (a large history, SPEC §2.4, at the
+        policy's threshold) is size evidence at once; any other is size evidence only when
+        it repeats at or above a size at which it happened before (SPEC §11).
         """
         if is_header_fault(failure):
             model = dataclasses.replace(self, header_faults=self.header_faults + 1)
@@ -302,17 +302,11 @@ class GatewayModel:
         model = self
         if not definitive:
             suspect = next((s for s in self.suspects if s.signature == signature), None)
-            large_history = (
-                failure.kind is FailureKind.SUSPECTED_PAYLOAD
-                or history_chars >= policy.suspected_payload_history_chars
-            )
             if suspect is not None and suspect.smallest_bytes <= size:  # it repeats at or above a size
                 size = suspect.smallest_bytes
                 reason_text = SUSPECTED_REPEAT_REASON % format_payload_size(size)
-            elif large_history:
-                reason_text = failure.reason_text or SUSPECTED_LARGE_HISTORY_REASON % format_payload_size(
-                    history_chars
-                )
+            elif failure.kind is FailureKind.SUSPECTED_PAYLOAD:
+                reason_text = failure.reason_text or failure.kind.value
             else:  # the first time at this size: it may be transient
                 return Judgement(self._suspect(signature, size), Verdict.RETRY, failure, signature)
             others = tuple(s for s in self.suspects if s.signature != signature)

@@ -25,7 +25,6 @@ __all__ = [
     "OUTPUT_LIMIT_NOTICE",
     "PREFLIGHT_LEARNED_NOTICE",
     "ROLE_LABELS",
-    "SUSPECTED_LARGE_HISTORY_REASON",
     "SUSPECTED_REPEAT_REASON",
     "FLOOR_FAIL_CODE",
     "FLOOR_FAIL_NOTICE",
@@ -125,7 +124,6 @@ OUTPUT_LIMIT_DEFAULT_NOTICE = (
     "max_tokens=%d for this session (no compaction)"
 )
 #: Reason label of an EOF/reset with a large history (SPEC §2.5), and of one repeated at a size (§11).
-SUSPECTED_LARGE_HISTORY_REASON = "suspected payload limit (large history %s + network error)"
 SUSPECTED_REPEAT_REASON = "suspected payload limit (network error repeated at %s)"
 #: How notices name a message's role.
 ROLE_LABELS: dict[str, str] = {

@@ -1,26 +1,25 @@
-"""The Session: one conversation, its state, and the turn loop that recovers.
+"""The sessions: one conversation each, driving the turn engine; the one-shot and panel loops.
 
 ::
 
     session = Session(sender, policy=Policy.from_env(), archive=DiskArchive(path),
                       summarizer=..., on_event=StderrRenderer())
     session.add(Message.user("..."))
-    reply = session.complete()
+    reply = session.complete()            # AsyncSession: reply = await session.complete()
 
-``complete()`` runs the whole turn: the turn-boundary passes (microcompact,
-dedup of repeated reads), pre-flight, planned compaction (by weight, then by
-real wire bytes under a payload cap), pairing repair and the tool-result budget
-on the outgoing copy, the send, classification, recovery (learned cap, floor
-diagnosis, the ladder, the payload notice) or output escalation, and the retry.
-It returns the assistant message or raises a :class:`~ctxrecover.errors.RecoveryError`
-carrying the classified failure; ``session.history`` stays intact and every
-character cut from it is recallable from ``session.archive``.
+``complete()`` runs one turn of :func:`ctxrecover.turn.turn_flow` — the turn-boundary
+passes, pre-flight, planned compaction (by weight, then by real wire bytes under a
+payload cap), pairing repair and the tool-result budget on the outgoing copy, the send,
+classification, recovery (learned cap, floor diagnosis, the ladder, the payload notice)
+or output escalation, and the retry. It returns the assistant message or raises a
+:class:`~ctxrecover.errors.RecoveryError` carrying the classified failure;
+``session.history`` stays intact and every character cut from it is recallable from
+``session.archive``. :class:`Session` carries the turn's actions out blocking,
+:class:`AsyncSession` awaiting them; they decide nothing themselves.
 
-Everything the session learns lives on the instance and persists with
-``state()``: the gateway model (:attr:`Session.gateway`, SPEC §11 — accepted and
-rejected sizes, the learned cap, refused bodies, notice flags), back-off, halved
-tool limits, a learned output cap, counters, the undo stack and the calibrated
-chars-per-token.
+Everything the session learns lives in its :class:`~ctxrecover.turn.Conversation` and
+persists with ``state()``: the gateway model (SPEC §11), back-off, halved tool limits,
+a learned output cap, counters, the undo stack and the calibrated chars-per-token.
 
 The archive is wrapped in a :class:`~ctxrecover.archive.SessionArchive`: whenever
 the history (or the outgoing copy) changes, the keys it holds are pinned in a
@@ -34,17 +33,12 @@ Messages enter through :meth:`Session.add` / :meth:`Session.extend` /
 ``history=``, which refuse text no provider accepts (a lone surrogate:
 :class:`~ctxrecover.errors.UnencodableTextError` naming the message index, field
 and char offset) and anything that is not a :class:`Message`.
-
-The package holds one job per module: :mod:`.core` (the Session's state and turn loop),
-:mod:`.planning` (the turn's request: passes, pre-flight, planned compaction),
-:mod:`.failures` (what a turn does when a send fails), :mod:`.accounting` (usage and the
-chars-per-token calibration), :mod:`.summarizer` (the level-2 summarizer choice), and
-:mod:`.host` (the part of the Session its helpers read and change, as a protocol).
 """
 
 from __future__ import annotations
 
-from ctxrecover.session.core import Mode, Session
+from ctxrecover.session.core import Session
 from ctxrecover.session.summarizer import resolve_summarizer
+from ctxrecover.turn import Mode
 
 __all__ = ["Mode", "Session", "resolve_summarizer"]

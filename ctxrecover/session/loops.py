@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ctxrecover.errors import ConfigError
 from ctxrecover.events import StderrRenderer
 from ctxrecover.messages import Message
 from ctxrecover.session import Session
@@ -73,7 +74,7 @@ class Panel:
 
     def __init__(self, participants: Mapping[str, Session]) -> None:
         if not participants:
-            raise ValueError("a Panel needs at least one participant")
+            raise ConfigError("a Panel needs at least one participant: Panel({'name': Session(sender)})")
         self.participants = dict(participants)
 
     def ask(self, prompt: str) -> dict[str, PanelAnswer]:

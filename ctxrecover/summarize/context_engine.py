@@ -173,6 +173,7 @@ class ContextEngineSummarizer:
         data = json.loads(text)
         if isinstance(data, str):
             return data
-        if isinstance(data, dict) and isinstance(data.get("summary"), str):
-            return data["summary"]
+        summary = data.get("summary") if isinstance(data, dict) else None
+        if isinstance(summary, str):
+            return summary
         raise SummarizerError(f'context engine answer has no "summary" string: {excerpt(text)}')

@@ -29,7 +29,8 @@ def _is_transport_failure(exc: BaseException) -> bool:
 
 def _dump(result: Any) -> dict[str, Any]:
     if hasattr(result, "model_dump"):
-        return result.model_dump(mode="json", exclude_none=True)
+        dumped: dict[str, Any] = result.model_dump(mode="json", exclude_none=True)
+        return dumped
     if isinstance(result, dict):
         return result
     raise TypeError(f"unexpected SDK result type {type(result).__name__}")

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ctxrecover.errors import ResponseFormatError
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.wire.formats import _ANTHROPIC, _BEDROCK, _CHAT, _GEMINI, _RESPONSES, WireFormat, _fmt
 
@@ -75,9 +76,11 @@ def _get(data: Any, path: str, kind: type | tuple[type, ...], fmt: WireFormat) -
         elif isinstance(value, dict) and step in value:
             value = value[step]
         else:
-            raise ValueError(f"malformed {fmt} response: field {path!r} is missing")
+            raise ResponseFormatError(f"malformed {fmt} response: field {path!r} is missing", field=path)
     if not isinstance(value, kind):
-        raise ValueError(f"malformed {fmt} response: field {path!r} is {type(value).__name__}")
+        raise ResponseFormatError(
+            f"malformed {fmt} response: field {path!r} is {type(value).__name__}", field=path
+        )
     return value
 
 
@@ -184,13 +187,18 @@ def parse_response(fmt: WireFormat | str, data: dict[str, Any]) -> ParsedRespons
     """Parse a provider's success JSON into an assistant message, stop reason and usage.
 
     ``truncated`` is True for the stop reasons of SPEC §2.6. A body that is not
-    a success response raises ``ValueError`` naming the missing field.
+    a success response raises :class:`~ctxrecover.errors.ResponseFormatError` (a
+    ``ValueError``) naming the missing field.
     """
     fmt = _fmt(fmt)
     if not isinstance(data, dict):
-        raise ValueError(f"malformed {fmt} response: expected a JSON object, got {type(data).__name__}")
+        raise ResponseFormatError(
+            f"malformed {fmt} response: expected a JSON object, got {type(data).__name__}", field="(body)"
+        )
     if "error" in data and isinstance(data["error"], dict | str):
-        raise ValueError(f"{fmt} response is an error, not a success response: {data['error']!r}")
+        raise ResponseFormatError(
+            f"{fmt} response is an error, not a success response: {data['error']!r}", field="error"
+        )
     text, calls, stop = _PARSERS[fmt](data)
     usage = Usage(*(_int(data, path) for path in USAGE_FIELDS[fmt]))
     stop = stop if isinstance(stop, str) else None

@@ -157,7 +157,7 @@ def _list_size(total: int, count: int) -> int:
 # A merged turn of a grouped format (consecutive non-system messages of one wire role), as a list
 # for speed: [wire role, position of its first message, that message's ``simple`` size, members,
 # summed block sizes, block count]. A lone member with a ``simple`` form is sent as that string.
-_Run = list
+_Run = list[Any]
 _ROLE, _FIRST, _SIMPLE, _MEMBERS, _TOTAL, _COUNT = range(6)
 
 

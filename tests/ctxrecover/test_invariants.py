@@ -35,7 +35,7 @@ from ctxrecover.compaction import (
     CompactionReport,
     HistoryCompactor,
 )
-from ctxrecover.errors import RecoveryExhausted, SummarizerError
+from ctxrecover.errors import SummarizerError
 from ctxrecover.events import EventBus
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.passes.pairing import repair_pairing, validate_pairing
@@ -48,6 +48,7 @@ from ctxrecover.recovery import (
     RecoveryContext,
     RecoveryLadder,
     recover,
+    repair_malformed,
 )
 from ctxrecover.sizes import total_weight, weight
 from ctxrecover.summarize import CancelToken, SummaryResult
@@ -278,26 +279,19 @@ class HistoryMachine(RuleBasedStateMachine):
             tool_result_max_chars=self.tool_limits[1],
         )
         self.gateway = self.gateway.judge(failure, request_bytes=rejected, policy=POLICY).model
-        payload_notice = failure.is_payload and not self.gateway.payload_notice_sent
-        try:
-            result = recover(
-                source,
-                failure,
-                attempt,
-                ladder=LADDER,
-                ctx=ctx,
-                events=self.events,
-                payload_notice=payload_notice,
-            )
-        except RecoveryExhausted:
-            assert kind is FailureKind.MALFORMED_HISTORY and attempt > 1
+        if kind is FailureKind.MALFORMED_HISTORY:  # what a turn does for it: pairing repair, no ladder
+            repaired, _ = repair_malformed(source, self.archive)
             assert_unmutated(source, before)
+            assert validate_pairing(repaired), "pairing repair must leave a pairing-valid history"
+            self.history = repaired
             return
+        payload_notice = failure.is_payload and not self.gateway.payload_notice_sent
+        result = recover(source, failure, attempt, ladder=LADDER, ctx=ctx, payload_notice=payload_notice)
         assert_unmutated(source, before)
         if payload_notice:
             self.gateway = self.gateway.replace(payload_notice_sent=True)
         out = result.history
-        assert result.level == (0 if kind is FailureKind.MALFORMED_HISTORY else min(attempt, len(LADDER)))
+        assert result.level == min(attempt, len(LADDER))
         assert validate_pairing(out), "a ladder step must leave a pairing-valid history"
         if result.level == 1:
             self.check_verbatim_survives(source, out, None, None)
@@ -404,7 +398,6 @@ def test_a_recovery_cut_inside_a_tool_block_keeps_the_cut_result_recallable(
             attempt,
             ladder=ladder,
             ctx=ctx,
-            events=EventBus(),
         )
         assert validate_pairing(result.history)
         assert_nothing_lost(history, result.history, archive)

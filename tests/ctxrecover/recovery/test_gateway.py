@@ -57,10 +57,10 @@ def nginx_413(size: int | None = None) -> Failure:
     )
 
 
-def reset(size: int | None = None, history: int = 1_000) -> Failure:
+def reset(size: int | None = None, history: int = 1_000, large: int = 500_000) -> Failure:
     error = SendFailed("ReadError", request_bytes=size or 0)
     error.__cause__ = httpx.ReadError("[Errno 104] Connection reset by peer")
-    return classify(error, request_bytes=size, history_chars=history)
+    return classify(error, request_bytes=size, history_chars=history, large_history_chars=large)
 
 
 def judge(
@@ -69,9 +69,8 @@ def judge(
     size: int | None,
     policy: Policy = DEFAULT_POLICY,
     body: str | None = None,
-    history: int = 0,
 ):
-    return model.judge(failure, request_bytes=size, policy=policy, body=body, history_chars=history)
+    return model.judge(failure, request_bytes=size, policy=policy, body=body)
 
 
 # -- size-consistent rejections and the cap interval -------------------------------------------------
@@ -314,19 +313,15 @@ def test_a_reset_below_an_accepted_size_is_a_plain_retry_never_a_content_block()
 
 
 def test_a_reset_with_a_history_of_500_000_chars_is_size_evidence_at_once() -> None:
-    judged = judge(GatewayModel(), reset(781_000, history=781_000), 781_000, history=781_000)
+    judged = judge(GatewayModel(), reset(781_000, history=781_000), 781_000)
     assert judged.verdict is Verdict.SIZE_LIMIT and judged.model.smallest_rejected == 781_000
     assert judged.failure.kind is FailureKind.SUSPECTED_PAYLOAD
-    # the policy's threshold decides for the model too
-    low = judge(
-        GatewayModel(),
-        reset(200_000),
-        200_000,
-        Policy(suspected_payload_history_chars=100_000),
-        history=150_000,
-    )
+    # the threshold is classification's (a session passes its policy's): the model reads the kind
+    low = judge(GatewayModel(), reset(200_000, history=150_000, large=100_000), 200_000)
     assert low.verdict is Verdict.SIZE_LIMIT
     assert low.failure.reason_text == "suspected payload limit (large history 146.5 KB + network error)"
+    high = judge(GatewayModel(), reset(200_000, history=600_000, large=1_000_000), 200_000)
+    assert high.verdict is Verdict.RETRY and high.failure.kind is FailureKind.TRANSIENT_NETWORK
 
 
 ENVOY = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"

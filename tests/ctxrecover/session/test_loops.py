@@ -140,7 +140,7 @@ class FailingArchive(MemoryArchive):
 
 
 class BrokenSender:
-    """A participant's own sender with a bug: the session reports it as an unrecoverable failure."""
+    """A participant's own sender with a bug: the session raises it as itself (it is no provider's answer)."""
 
     wire_format = WireFormat.OPENAI_CHAT
     model = "gpt-4o"
@@ -174,7 +174,7 @@ def test_panel_contains_any_participant_error_and_every_participant_gets_the_pro
 
     assert list(answers) == ["first", "archiving", "broken", "last"]
     assert isinstance(answers["archiving"].error, ArchiveError) and answers["archiving"].message is None
-    assert isinstance(answers["broken"].error, UnrecoverableFailure) and not answers["broken"].ok
+    assert isinstance(answers["broken"].error, KeyError) and not answers["broken"].ok
     assert answers["first"].ok and answers["last"].ok
     assert answers["last"].message is not None and answers["last"].message.content == "last answer"
     for session in (first, archiving, broken, last):

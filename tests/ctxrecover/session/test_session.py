@@ -23,6 +23,7 @@ from ctxrecover.errors import CompactionCancelled, RecoveryExhausted, Unrecovera
 from ctxrecover.events import Event, Notice, PostCompact, PreCompact, StatusEvent
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import ENV_VARIABLES, ConfigWarning, Policy
+from ctxrecover.recovery import RECOVERABLE_FAILURE_CODE
 from ctxrecover.session import Session, resolve_summarizer
 from ctxrecover.sizes import format_payload_size, total_weight
 from ctxrecover.summarize import (
@@ -287,14 +288,10 @@ def test_rejected_dangling_tool_call_is_repaired_in_the_history_without_an_ident
 
 
 def test_malformed_history_is_retried_once_when_the_repair_changes_the_request() -> None:
-    class UnrepairedOutgoing(Session):
-        """A session whose outgoing copy skips pairing repair (as a custom prologue might)."""
-
-        def _outgoing(self, max_tokens: int | None) -> ChatRequest:
-            return ChatRequest(tuple(self._history), max_tokens=max_tokens)
-
     transport = Transport(httpx.Response(400, json=OPENAI_DANGLING_CALL_ERROR), chat_reply("fixed"))
-    session = UnrepairedOutgoing(http_sender("openai-chat", "gpt-4o", transport))
+    session = Session(http_sender("openai-chat", "gpt-4o", transport))
+    # an outgoing copy that skips pairing repair (as custom passes might)
+    session.conversation.passes.outgoing = lambda history, **limits: list(history)  # type: ignore[method-assign]
     session.extend(
         [
             Message.user("Read a."),
@@ -857,7 +854,9 @@ def test_memory_sink_runs_before_every_rewrite_and_hooks_fire_for_each_trigger()
     sink_index = next(i for i, e in enumerate(recovery) if isinstance(e, tuple))
     assert sink_index < next(i for i, e in enumerate(recovery) if isinstance(e, PreCompact))
     assert "Continue." in recovery[sink_index][1]  # type: ignore[index]
-    assert notices(recovery)[0] == "⚠ Recoverable failure (context too long) — compacting and retrying"
+    retry_notice = "⚠ Recoverable failure (context too long) — compacting and retrying"
+    assert notices(recovery) == [retry_notice]  # once for the rejected request, whatever levels it took
+    assert recovery.index(Notice(RECOVERABLE_FAILURE_CODE, retry_notice)) < sink_index  # said first
     assert session.history[-1].content == "recovered"
 
 

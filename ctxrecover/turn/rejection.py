@@ -1,0 +1,514 @@
+"""What a rejected request gets (SPEC §2, §6, §8, §11): the one place a turn decides it.
+
+:func:`answer_rejection` is read top to bottom as the decision table. The failure is
+classified once (with the policy's thresholds) and judged once by the gateway model; then:
+
+============================  ===========================================================
+judged as                     the turn does
+============================  ===========================================================
+malformed history             pairing repair, one retry when it changed the request
+max_tokens over the limit     lower ``max_tokens`` (the stated limit, else half), retry
+header fault (431)            raise :class:`HeaderFaultError`, no retry
+content block                 raise :class:`ContentBlockedError`, undo a size misreading
+transient / first ambiguous   plain retry after a back-off (``Sleep``), nothing changed
+not recoverable               raise :class:`UnrecoverableFailure`
+size limit / overflow         learn the cap, floor diagnosis, one ladder step per attempt
+                              (never a request known to fail), then retry
+============================  ===========================================================
+
+A request known to fail — as large as a size the gateway rejected, or identical (recall keys
+aside) to a refused body — is never sent: the next ladder level follows at once, and when the
+ladder is spent the floor diagnosis or :class:`RecoveryExhausted` is raised instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ctxrecover.cancel import CancelToken
+from ctxrecover.errors import (
+    ContentBlockedError,
+    PayloadFloorError,
+    RecoveryExhausted,
+    UnrecoverableFailure,
+)
+from ctxrecover.events import PostCompact, PreCompact
+from ctxrecover.failure import Failure, FailureKind
+from ctxrecover.messages import Message
+from ctxrecover.passes.truncate import leading_system_count
+from ctxrecover.recovery import (
+    CONTENT_BLOCK_CODE,
+    HEADER_FAULT_CODE,
+    MALFORMED_HISTORY_ATTEMPTS,
+    OUTPUT_LIMIT_CODE,
+    OUTPUT_LIMIT_DEFAULT_NOTICE,
+    OUTPUT_LIMIT_NOTICE,
+    RECOVERABLE_FAILURE_CODE,
+    GatewayModel,
+    Judgement,
+    Level2,
+    RecoveryContext,
+    RecoveryLadder,
+    Verdict,
+    body_key,
+    cap_notice,
+    recover,
+    repair_malformed,
+    response_text,
+)
+from ctxrecover.recovery.diagnosis import (
+    content_block_error,
+    floor_error,
+    header_fault_error,
+    least_history,
+    lowered_max_tokens,
+)
+from ctxrecover.recovery.probe import CapProven, keep_from, mark_unproven, unmarked, unproven
+from ctxrecover.transport import ChatRequest
+from ctxrecover.turn.actions import Flow, Sleep
+from ctxrecover.turn.conversation import LIVE_HISTORY, Conversation
+from ctxrecover.turn.request import (
+    char_budget,
+    history_request_bytes,
+    outgoing,
+    prepare_request,
+    request_bytes,
+)
+from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, encode_request, request_size
+
+__all__ = [
+    "LEARNED_WINDOW_NOTICE",
+    "OUTPUT_LIMIT_RETRIES",
+    "TRANSIENT_BACKOFF_S",
+    "BeforeRecovery",
+    "TurnAttempts",
+    "adopt_gateway",
+    "answer_rejection",
+    "refuse_known_failure",
+]
+
+TRANSIENT_BACKOFF_S = (1.0, 4.0)
+OUTPUT_LIMIT_RETRIES = 3  # times one turn may lower max_tokens after "max_tokens is too large"
+# Decision beyond the reference: an overflow error that states the real window tightens the session's
+# window (like a learned payload cap), so the next turns compact before the provider rejects them.
+LEARNED_WINDOW_NOTICE = (
+    "ℹ Provider reported a context window of %d tokens — budget recomputed for this session"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BeforeRecovery:
+    """The conversation before a turn's first size-limit recovery, to undo it if it was for nothing."""
+
+    history: list[Message]
+    gateway: GatewayModel
+    tool_result_budget_chars: int
+    tool_result_max_chars: int
+
+
+@dataclass(slots=True)
+class TurnAttempts:
+    """What one turn tracks across its requests: the ``max_tokens`` it sends, the plain retries
+    left, the recovery attempts spent, and what a size misreading would have to undo."""
+
+    max_tokens: int | None
+    transient_left: int
+    attempts: int = 0
+    malformed_retried: int = 0
+    output_lowerings: int = 0
+    before_recovery: BeforeRecovery | None = None
+    size_signatures: set[str] = field(default_factory=set)
+
+    def accepted(self) -> bool:
+        """The gateway accepted a request: what the turn risked undoing is settled. True when
+        recovery attempts had been spent (the turn recovered)."""
+        recovered = self.attempts > 0
+        self.attempts = 0
+        self.before_recovery, self.size_signatures = None, set()
+        return recovered
+
+
+def _sent_size(exc: BaseException) -> int | None:
+    size = getattr(exc, "request_bytes", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+def answer_rejection(
+    conv: Conversation, turn: TurnAttempts, exc: Exception, request: ChatRequest, cancel: CancelToken | None
+) -> Flow[ChatRequest]:
+    """The request to send after ``request`` was rejected with ``exc``, or raise (module docstring)."""
+    size = _sent_size(exc)
+    history_chars = conv.passes.weight(conv.history)
+    failure = conv.classify(
+        exc,
+        request_bytes=size,
+        history_chars=history_chars,
+        large_history_chars=conv.policy.suspected_payload_history_chars,
+    )
+    conv.stats.rejected_requests += 1
+    if failure.kind is FailureKind.MALFORMED_HISTORY:
+        return (yield from _repair_and_retry(conv, turn, failure, request, exc, cancel))
+    if failure.kind is FailureKind.OUTPUT_LIMIT:
+        return _lower_max_tokens(conv, turn, failure, request, exc)
+    before = conv.gateway
+    judged = before.judge(failure, request_bytes=size, policy=conv.policy, body=response_text(exc))
+    failure = judged.failure
+    if judged.verdict is Verdict.HEADER_FAULT:
+        conv.gateway = judged.model
+        fault = header_fault_error(getattr(exc, "header_bytes", None), request_bytes(conv, request), failure)
+        conv.events.notice(HEADER_FAULT_CODE, str(fault))
+        raise fault from exc
+    if judged.verdict is Verdict.CONTENT_BLOCK:
+        raise _content_block(conv, turn, judged, request) from exc
+    if judged.verdict is Verdict.RETRY or failure.kind is FailureKind.TRANSIENT_NETWORK:
+        conv.gateway = judged.model
+        if turn.transient_left > 0:
+            yield Sleep(TRANSIENT_BACKOFF_S[min(conv.transient_retries - turn.transient_left, 1)])
+            turn.transient_left -= 1
+            return request  # a plain retry: nothing about the request was wrong
+    if not failure.recoverable:
+        raise UnrecoverableFailure(
+            f"{failure.kind}: {failure.evidence or failure.kind}", failure=failure, attempts=turn.attempts
+        ) from exc
+
+    announced = False
+    probe: tuple[int, ...] = ()
+    if judged.verdict is Verdict.SIZE_LIMIT:
+        probe = _probe_indices(conv, turn, failure)
+        if failure.notice:  # SPEC §6's order: the retry notice, then what the rejection teaches
+            conv.events.notice(RECOVERABLE_FAILURE_CODE, failure.notice)
+            announced = True
+        if turn.before_recovery is None:
+            turn.before_recovery = BeforeRecovery(
+                list(conv.history), before, conv.tool_result_budget_chars, conv.tool_result_max_chars
+            )
+        turn.size_signatures.add(judged.signature)
+        adopt_gateway(conv, judged.model)
+        error = _floor_error(conv, turn, failure, request.max_tokens, warn=True)
+        if error is not None:
+            raise error from exc
+    conv.gateway = conv.gateway.refuse(_body_key(conv, request), request_bytes(conv, request), judged.verdict)
+
+    retry = request
+    while turn.attempts < conv.policy.max_recovery_attempts:
+        turn.attempts += 1
+        if not announced and failure.notice:
+            conv.events.notice(RECOVERABLE_FAILURE_CODE, failure.notice)
+        announced = True  # one notice per rejected request, however many levels it takes to retry
+        if probe:  # this attempt keeps what the gateway never accepted whole (recovery.probe)
+            retry = yield from _probe_retry(conv, turn, failure, probe, cancel)
+            probe = ()
+        else:
+            _recover(conv, failure, turn.attempts)
+            _learn_window(conv, failure)
+            retry = yield from prepare_request(conv, turn.max_tokens, cancel)
+        if _known_failure(conv, retry) is None:
+            return retry
+    # Compaction did all it could: when its smallest request is still as large as a rejected one,
+    # the floor diagnosis says so (whatever the cap strategy: the evidence is the same).
+    retry_size = request_bytes(conv, retry)
+    gateway = conv.gateway
+    limit = gateway.hard_limit or gateway.smallest_rejected or failure.rejected_bytes
+    floor_reached = limit is not None and retry_size >= limit
+    if judged.verdict is Verdict.SIZE_LIMIT and retry is not request and floor_reached:
+        error = _floor_error(conv, turn, failure, retry.max_tokens, smallest=retry_size)
+        if error is not None:
+            raise error from exc
+    raise RecoveryExhausted(
+        f"recovery exhausted after {turn.attempts} attempt(s): {failure.reason_text or failure.kind}",
+        failure=failure,
+        attempts=turn.attempts,
+    ) from exc
+
+
+def refuse_known_failure(conv: Conversation, turn: TurnAttempts, request: ChatRequest) -> None:
+    """Raise before sending a turn's first request when it is known to fail."""
+    known = _known_failure(conv, request)
+    if known is None:
+        return
+    size, why = known
+    if why == Verdict.CONTENT_BLOCK:
+        raise _content_block_error(conv, turn, size, None)
+    if why == Verdict.SIZE_LIMIT:
+        error = _floor_error(conv, turn, None, request.max_tokens, smallest=size)
+        if error is not None:
+            raise error
+    raise RecoveryExhausted(
+        f"not sent: the request is identical (recall keys aside) to one the provider refused ({why})"
+    )
+
+
+def adopt_gateway(conv: Conversation, model: GatewayModel, *, accepted: bool = False) -> None:
+    """Adopt ``model``; say so when the learned cap was set or moved (SPEC §6.1)."""
+    notice = cap_notice(conv.gateway, model, accepted=accepted)
+    conv.gateway = model
+    if notice is not None:
+        conv.events.emit(notice)
+
+
+# -- the branches -------------------------------------------------------------------------------------
+
+
+def _repair_and_retry(
+    conv: Conversation,
+    turn: TurnAttempts,
+    failure: Failure,
+    request: ChatRequest,
+    exc: Exception,
+    cancel: CancelToken | None,
+) -> Flow[ChatRequest]:
+    """Malformed history: pairing repair and one retry, never truncation. The outgoing copy is
+    repaired before every send, so a retry only happens when the repair changes the request."""
+    with conv.archive.attributed("pairing"):
+        conv.history, _ = repair_malformed(conv.history, conv.archive)
+    retry = yield from prepare_request(conv, turn.max_tokens, cancel)
+    if turn.malformed_retried < MALFORMED_HISTORY_ATTEMPTS and retry.messages != request.messages:
+        turn.malformed_retried += 1
+        return retry
+    raise UnrecoverableFailure(
+        f"malformed history the provider rejects: {failure.evidence}", failure=failure
+    ) from exc
+
+
+def _lower_max_tokens(
+    conv: Conversation, turn: TurnAttempts, failure: Failure, request: ChatRequest, exc: Exception
+) -> ChatRequest:
+    """A 400 saying max_tokens is too large: retry with the limit it states (else half), never
+    compact; the lower value holds for the rest of the session (SPEC §11)."""
+    current = request.max_tokens
+    if current is None and conv.wire_format is WireFormat.ANTHROPIC:
+        current = DEFAULT_ANTHROPIC_MAX_TOKENS
+    lowered = lowered_max_tokens(failure, current)
+    if lowered is None or turn.output_lowerings >= OUTPUT_LIMIT_RETRIES:
+        asked = "not set" if current is None else current
+        raise UnrecoverableFailure(
+            f"output_limit: {failure.evidence or 'max_tokens rejected'} (max_tokens={asked})",
+            failure=failure,
+            attempts=turn.attempts,
+        ) from exc
+    turn.output_lowerings += 1
+    conv.escalation.learn_output_cap(lowered)
+    notice = (
+        OUTPUT_LIMIT_DEFAULT_NOTICE % lowered if current is None else OUTPUT_LIMIT_NOTICE % (current, lowered)
+    )
+    conv.events.notice(OUTPUT_LIMIT_CODE, notice)
+    turn.max_tokens = lowered
+    return dataclasses.replace(request, max_tokens=lowered)
+
+
+def _content_block(
+    conv: Conversation, turn: TurnAttempts, judged: Judgement, request: ChatRequest
+) -> ContentBlockedError:
+    """A refusal at or below an accepted size: no cap, no compaction, a notice and a typed error.
+
+    When this turn already took a rejection with the same signature for a size
+    limit, that was the same rule firing on content: its evidence and the
+    compaction done for it are undone.
+    """
+    model = judged.model
+    before = turn.before_recovery
+    if before is not None and judged.signature in turn.size_signatures:
+        model = model.retract_to(before.gateway)
+        _restore(conv, before)
+        turn.before_recovery, turn.size_signatures = None, set()
+    size = request_bytes(conv, request)
+    conv.gateway = model.refuse(_body_key(conv, request), size, Verdict.CONTENT_BLOCK)
+    return _content_block_error(conv, turn, judged.failure.rejected_bytes or size, judged.failure)
+
+
+def _content_block_error(
+    conv: Conversation, turn: TurnAttempts, size: int, failure: Failure | None
+) -> ContentBlockedError:
+    error = content_block_error(
+        conv.history,
+        conv.wire_format,
+        request_bytes=size,
+        largest_accepted=conv.gateway.largest_accepted,
+        failure=failure,
+        attempts=turn.attempts,
+    )
+    conv.events.notice(CONTENT_BLOCK_CODE, str(error))
+    return error
+
+
+def _recover(
+    conv: Conversation, failure: Failure, attempt: int, *, ladder: RecoveryLadder | None = None
+) -> None:
+    """One recovery rewrite (SPEC §6 steps 3–7): memory flush and undo snapshot, ``PreCompact``,
+    the ladder step (``ladder``'s, else the conversation's), once the payload notice,
+    ``PostCompact``."""
+    ctx = RecoveryContext(
+        policy=conv.policy,
+        archive=conv.archive,
+        failure=failure,
+        tool_result_budget_chars=conv.tool_result_budget_chars,
+        tool_result_max_chars=conv.tool_result_max_chars,
+    )
+    payload_notice = failure.is_payload and not conv.gateway.payload_notice_sent
+    conv.compactor.prepare_rewrite(conv.history)
+    conv.events.emit(PreCompact("recovery"))
+    with conv.archive.attributed("recovery"):
+        result = recover(
+            conv.history,
+            failure,
+            attempt,
+            ladder=ladder or conv.ladder,
+            ctx=ctx,
+            payload_notice=payload_notice,
+        )
+    if payload_notice:
+        conv.gateway = conv.gateway.replace(payload_notice_sent=True)
+    conv.stats.recovery_attempts += 1
+    if result.changed:
+        conv.stats.compactions += 1  # a recovery rewrite is a compaction (trigger "recovery")
+        conv.compactor.record_rewrite(result.history)
+    else:
+        conv.compactor.discard_snapshot()
+    conv.events.emit(PostCompact("recovery", "applied" if result.changed else "skipped"))
+    conv.history = result.history
+    conv.tool_result_budget_chars = result.tool_result_budget_chars
+    conv.tool_result_max_chars = result.tool_result_max_chars
+
+
+def _learn_window(conv: Conversation, failure: Failure) -> None:
+    limit = failure.context_limit_tokens
+    if limit and limit < conv.context_window:
+        conv.context_window = limit
+        conv.events.notice("learned_window", LEARNED_WINDOW_NOTICE % limit)
+
+
+# -- the size experiment (recovery.probe) -------------------------------------------------------------
+
+
+def _probe_indices(conv: Conversation, turn: TurnAttempts, failure: Failure) -> tuple[int, ...]:
+    """The messages the retry for a size reading keeps whole, to tell it from a content rule
+    (:mod:`ctxrecover.recovery.probe`): only for a WAF refusal (a 413 names the size; a 403
+    does not), the turn's first, and only when those messages fit under what the gateway
+    accepted with the system messages — else no retry keeping them could tell anything."""
+    if failure.kind is not FailureKind.WAF_REJECTION or turn.before_recovery is not None:
+        return ()
+    history = conv.history
+    indices = unproven(history, conv.unproven)
+    if not indices:
+        return ()
+    system = history[: leading_system_count(history)]
+    kept = [*system, *(history[i] for i in indices)]
+    if history_request_bytes(conv, kept, turn.max_tokens) > conv.gateway.largest_accepted:
+        return ()
+    return indices
+
+
+def _probe_retry(
+    conv: Conversation,
+    turn: TurnAttempts,
+    failure: Failure,
+    indices: tuple[int, ...],
+    cancel: CancelToken | None,
+) -> Flow[ChatRequest]:
+    """The recovery attempt for a WAF's size reading that keeps the unproven messages whole.
+
+    Marked ``preserve_verbatim`` for this attempt, they survive the ladder step and the
+    request's compaction while they fit the verbatim share of the budget (SPEC §5);
+    larger, the attempt keeps the conversation from the user message before the first of
+    them (:class:`~ctxrecover.recovery.Level2`, older messages archived, the proven ones cut
+    to the shrink floor: :class:`~ctxrecover.recovery.probe.CapProven`) and sends it without
+    further compaction. A retry larger than what the gateway accepted tells nothing: it is
+    compacted as usual.
+    """
+    history = conv.history
+    unproven_weight = sum(conv.passes.weight([history[i]]) for i in indices)
+    budget = char_budget(conv, max_tokens=turn.max_tokens)
+    share = budget * conv.policy.verbatim_budget_fraction
+    conv.history, marks = mark_unproven(history, indices)
+    conv.marked = marks
+    if unproven_weight <= share:
+        _recover(conv, failure, turn.attempts)
+        retry = yield from prepare_request(conv, turn.max_tokens, cancel)
+    else:
+        keep = keep_from(conv.history, indices[0])
+        _recover(conv, failure, turn.attempts, ladder=RecoveryLadder(Level2(keep=keep) + CapProven()))
+        retry = outgoing(conv, turn.max_tokens)
+    conv.history = unmarked(conv.history, marks)
+    conv.archive.track(LIVE_HISTORY, conv.history)
+    retry = dataclasses.replace(retry, messages=tuple(unmarked(retry.messages, marks)))
+    if request_bytes(conv, retry) > conv.gateway.largest_accepted:
+        retry = yield from prepare_request(
+            conv, turn.max_tokens, cancel
+        )  # it tells nothing: compact as usual
+    return retry
+
+
+# -- what is known to fail ------------------------------------------------------------------------------
+
+
+def _body_key(conv: Conversation, request: ChatRequest) -> str:
+    body = encode_request(
+        request.messages,
+        conv.wire_format,
+        model=conv.model,
+        max_tokens=request.max_tokens,
+        tools=request.tools,
+        extra=request.extra or None,
+    )
+    return body_key(body)
+
+
+def _known_failure(conv: Conversation, request: ChatRequest) -> tuple[int, str] | None:
+    """(size, why) when ``request`` is known to fail — too large, or a refused body — else None."""
+    size = request_bytes(conv, request)
+    refused = conv.gateway.refusal(size, lambda: _body_key(conv, request))
+    if refused is not None:
+        return size, refused.verdict
+    if conv.gateway.known_too_large(size):
+        return size, Verdict.SIZE_LIMIT.value
+    return None
+
+
+def _floor_error(
+    conv: Conversation,
+    turn: TurnAttempts,
+    failure: Failure | None,
+    max_tokens: int | None,
+    *,
+    smallest: int | None = None,
+    warn: bool = False,
+) -> PayloadFloorError | None:
+    """The floor diagnosis (SPEC §6.2, §11) against the smallest rejected size, in real bytes.
+
+    ``smallest`` is the smallest request compaction produced, when it did; else the
+    least any compaction could leave is measured. Returns the error to raise (the
+    history goes back to before this turn's recovery), or None — after the ``⚠``
+    warning when ``warn``.
+    """
+    rejected = conv.gateway.smallest_rejected or (failure.rejected_bytes if failure else None)
+    if not rejected:
+        return None
+    system = conv.history[: leading_system_count(conv.history)]
+    alone = request_size(system, conv.wire_format, model=conv.model, max_tokens=max_tokens)
+    with_tools = history_request_bytes(conv, system, max_tokens)
+    error, warning = floor_error(
+        system_bytes=alone,
+        tools_bytes=with_tools - alone,
+        rejected_bytes=rejected,
+        limit_bytes=conv.gateway.hard_limit,
+        smallest=smallest
+        if smallest is not None
+        else lambda: history_request_bytes(conv, least_history(conv.history, conv.policy), max_tokens),
+        policy=conv.policy,
+        failure=failure,
+        attempts=turn.attempts,
+    )
+    if error is None:
+        if warn and warning is not None:
+            conv.events.emit(warning)
+        return None
+    if turn.before_recovery is not None:
+        _restore(conv, turn.before_recovery)
+    return error
+
+
+def _restore(conv: Conversation, before: BeforeRecovery) -> None:
+    conv.history = list(before.history)
+    conv.tool_result_budget_chars = before.tool_result_budget_chars
+    conv.tool_result_max_chars = before.tool_result_max_chars

@@ -1,0 +1,178 @@
+"""A turn's request (SPEC §3, §5, §7): the turn-boundary passes, pre-flight, planned compaction to the
+budget and to the cap in real bytes, and the outgoing copy.
+
+:func:`prepare_request` is a flow (planned compaction may ask the summarizer); everything else
+here is a function of the conversation's state that returns a value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from ctxrecover.cancel import CancelToken
+from ctxrecover.messages import Message
+from ctxrecover.passes.parts import archive_images
+from ctxrecover.passes.truncate import leading_system_count
+from ctxrecover.recovery import preflight
+from ctxrecover.sizes import char_budget as base_char_budget
+from ctxrecover.sizes import total_weight
+from ctxrecover.summarize.context_editing import context_management_request
+from ctxrecover.transport import ChatRequest
+from ctxrecover.turn.actions import Flow
+from ctxrecover.turn.conversation import LIVE_OUTGOING, Conversation
+from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, request_size
+
+__all__ = [
+    "char_budget",
+    "compact_to",
+    "history_request_bytes",
+    "outgoing",
+    "prepare_request",
+    "request_bytes",
+]
+
+BYTE_FIT_ROUNDS = 4  # planned compaction rounds to bring real wire bytes under a cap
+BYTE_FIT_MARGIN = 0.95
+BYTE_FIT_MIN_KEEP = 2  # fewest recent messages a byte-fit round keeps (keep_recent halves each round)
+
+
+def char_budget(
+    conv: Conversation, budget_ratio: float | None = None, *, max_tokens: int | None = None
+) -> int:
+    """The char budget the history must fit at ``budget_ratio`` (the mode's by default).
+
+    When the request asks for ``max_tokens`` (Anthropic always does), the
+    provider reserves them inside the window: the budget never exceeds the
+    window minus that reservation, even at a generous ratio.
+
+    Under a payload cap, the budget keeps ``1 − policy.payload_cap_headroom``
+    (30%) of the room the cap leaves *beyond the non-compactable base*
+    (system prompt, tool definitions): ``system weight + 70% × (cap − base)``.
+    **Decision (SPEC §11):** with §1.3's ``70% × cap`` a system prompt over 30%
+    of the cap made every turn compact to a budget it could never reach.
+    """
+    ratio = budget_ratio if budget_ratio is not None else conv.mode_ratio
+    budget = base_char_budget(
+        conv.context_window, ratio, chars_per_token=conv.chars_per_token, reserved_chars=conv.reserved_chars
+    )
+    anthropic_default = DEFAULT_ANTHROPIC_MAX_TOKENS if conv.wire_format is WireFormat.ANTHROPIC else 0
+    reserve = max_tokens or anthropic_default
+    room = conv.context_window - reserve
+    if reserve and room > 0:
+        budget = min(budget, int(room * conv.chars_per_token) - conv.reserved_chars)
+    cap = conv.gateway.effective_cap
+    if not cap:
+        return budget
+    system = conv.history[: leading_system_count(conv.history)]
+    room = max(0, cap - history_request_bytes(conv, system, max_tokens))
+    # The policy's headroom, not sizes' module default: the knob must take effect.
+    return min(budget, total_weight(system) + int(room * conv.policy.payload_cap_headroom))
+
+
+def history_request_bytes(conv: Conversation, history: Sequence[Message], max_tokens: int | None) -> int:
+    """Real bytes of a request carrying ``history`` (encoded from scratch: for small lists)."""
+    return request_size(history, conv.wire_format, model=conv.model, max_tokens=max_tokens, tools=conv.tools)
+
+
+def request_bytes(conv: Conversation, request: ChatRequest) -> int:
+    """Real bytes of ``request`` on the wire, from the conversation's incremental sizes."""
+    return conv.passes.request_bytes(
+        request.messages, max_tokens=request.max_tokens, tools=request.tools, extra=request.extra or None
+    )
+
+
+def outgoing(conv: Conversation, max_tokens: int | None) -> ChatRequest:
+    """The request for the history: pairing repair and the tool-result budget applied to a copy,
+    never to the history itself (SPEC §3.1, §3.2)."""
+    copy = conv.passes.outgoing(
+        conv.history, budget_chars=conv.tool_result_budget_chars, max_chars=conv.tool_result_max_chars
+    )
+    conv.archive.track(LIVE_OUTGOING, copy)  # the model sees the previews' markers: keep them too
+    headers: dict[str, str] = {}
+    extra: dict[str, Any] = {}
+    if conv.context_editing:
+        headers, extra = context_management_request()
+    return ChatRequest(tuple(copy), max_tokens=max_tokens, tools=conv.tools, headers=headers, extra=extra)
+
+
+def prepare_request(
+    conv: Conversation, max_tokens: int | None, cancel: CancelToken | None
+) -> Flow[ChatRequest]:
+    """The turn's request, SPEC §3's order: microcompact, dedup, skill aging, pre-flight, planned
+    compaction to the budget, then to the cap in real bytes, and the outgoing copy."""
+    passes = conv.passes
+    history, micro = passes.microcompact(conv.history)
+    if micro.truncated or micro.summarized:
+        conv.events.notice("microcompact", micro.notice)
+    history = passes.dedup(history)
+    history, aging = passes.age_skills(history)
+    if aging.blocks_archived:
+        conv.events.notice("skill_aging", aging.notice)
+    conv.history = history
+
+    system_count = leading_system_count(history)
+    base = history_request_bytes(conv, history[:system_count], max_tokens)
+    size = passes.history_bytes(history, max_tokens=max_tokens, tools=conv.tools)
+    check = preflight(size, conv.gateway, conv.policy, base_bytes=base)
+    conv.gateway = check.gateway
+    if check.notice is not None:
+        conv.events.emit(check.notice)
+    budget = char_budget(conv, check.budget_ratio_override, max_tokens=max_tokens)
+    if passes.weight(conv.history) > budget:
+        yield from compact_to(conv, budget, "auto", cancel)
+    request = outgoing(conv, max_tokens)
+    # Under a payload cap the real bytes decide. Each round tightens the budget to the
+    # measured overshoot and, when the kept recent messages alone are over it (every
+    # other message already at the shrink floor), keeps fewer of them: never send a
+    # request the conversation already knows is over its own cap while compaction can help.
+    cap = conv.gateway.effective_cap
+    keep = conv.keep_recent
+    for _ in range(BYTE_FIT_ROUNDS):
+        size = request_bytes(conv, request)
+        if not cap or size <= cap:
+            return request
+        budget = int(min(budget, passes.weight(conv.history)) * cap / size * BYTE_FIT_MARGIN)
+        changed = yield from compact_to(conv, budget, "auto", cancel, keep_recent=keep)
+        if not changed and keep <= BYTE_FIT_MIN_KEEP:
+            break
+        keep = max(BYTE_FIT_MIN_KEEP, keep // 2)
+        request = outgoing(conv, max_tokens)
+    if cap and request_bytes(conv, request) > cap:
+        # The last resort before a request known to be over the cap: images too large for the
+        # gateway, the newest included, go to the archive behind their notes.
+        with conv.archive.attributed("images"):
+            history, images = archive_images(conv.history, archive=conv.archive, keep_recent=0)
+        if images.images_archived:
+            conv.events.notice("images_archived", images.notice)
+            conv.history = history
+            request = outgoing(conv, max_tokens)
+    return request
+
+
+def compact_to(
+    conv: Conversation,
+    budget: int,
+    trigger: Literal["auto", "manual"],
+    cancel: CancelToken | None,
+    *,
+    keep_recent: int | None = None,
+) -> Flow[bool]:
+    """Planned compaction to ``budget``; inline images outside the kept messages are archived
+    first (so compaction never drops a pixel), which may be enough. True when anything changed."""
+    keep = conv.keep_recent if keep_recent is None else keep_recent
+    with conv.archive.attributed("images"):
+        history, images = archive_images(
+            conv.history, archive=conv.archive, keep_recent=keep, user_first=False
+        )
+    if images.images_archived:
+        conv.events.notice("images_archived", images.notice)
+        conv.history = history
+        if conv.passes.weight(history) <= budget:
+            return True
+    result = yield from conv.compactor.compact_flow(
+        conv.history, budget_chars=budget, keep_recent=keep, trigger=trigger, cancel=cancel
+    )
+    changed = result.history is not conv.history and result.history != conv.history
+    conv.history = result.history
+    return changed or bool(images.images_archived)
