@@ -1,6 +1,7 @@
 """ctxrecover: recover long LLM agent sessions without losing the conversation.
 
-The public API in one namespace. See :class:`Session` for the turn loop,
+The public API in one namespace. See :class:`Session` (and :class:`AsyncSession`) for the
+conversation, :func:`ctxrecover.turn.turn_flow` for the turn they drive,
 :func:`classify` for failure classification, and :class:`Policy` for every knob.
 """
 
@@ -26,6 +27,7 @@ from ctxrecover.errors import (
     ArchiveFullError,
     ArchiveIntegrityError,
     ArchiveWriteError,
+    ArgumentTypeError,
     CompactionCancelled,
     ConfigError,
     ContentBlockedError,
@@ -36,6 +38,7 @@ from ctxrecover.errors import (
     PayloadFloorError,
     RecoveryError,
     RecoveryExhausted,
+    ResponseFormatError,
     SummarizerError,
     UnencodableTextError,
     UnrecoverableFailure,
@@ -60,8 +63,7 @@ from ctxrecover.recovery import (
     RecoveryLadder,
     Verdict,
 )
-from ctxrecover.session import Session
-from ctxrecover.session.loops import Panel, oneshot
+from ctxrecover.session import AsyncPanel, AsyncSession, Panel, Session, aoneshot, oneshot
 from ctxrecover.sizes import (
     char_budget,
     format_payload_size,
@@ -107,6 +109,9 @@ __all__ = [
     "ArchiveFullError",
     "ArchiveIntegrityError",
     "ArchiveWriteError",
+    "ArgumentTypeError",
+    "AsyncPanel",
+    "AsyncSession",
     "CHAT_POLICY",
     "CancelToken",
     "ChatRequest",
@@ -149,6 +154,7 @@ __all__ = [
     "RecoveryError",
     "RecoveryExhausted",
     "RecoveryLadder",
+    "ResponseFormatError",
     "SendFailed",
     "Sender",
     "Session",
@@ -165,6 +171,7 @@ __all__ = [
     "Verdict",
     "WireFormat",
     "WireSizeTracker",
+    "aoneshot",
     "char_budget",
     "classify",
     "context_window",

@@ -26,19 +26,28 @@ class CancelToken:
 
     ``cancel()`` may be called from any thread (an ESC handler, a UI); long calls
     poll ``cancelled`` or call ``raise_if_cancelled()``. A token built with
-    ``deadline`` (a ``clock()`` reading) also counts as cancelled once it passes.
+    ``deadline`` (a ``clock()`` reading) also counts as cancelled once it passes,
+    one built with ``parent`` once its parent is cancelled (a task's own token
+    that also follows the caller's).
 
     >>> t = CancelToken.after(60)
     >>> t.cancelled, t.remaining() > 59
     (False, True)
     """
 
-    __slots__ = ("_clock", "_deadline", "_event")
+    __slots__ = ("_clock", "_deadline", "_event", "_parent")
 
-    def __init__(self, *, deadline: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        deadline: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        parent: CancelToken | None = None,
+    ) -> None:
         self._event = threading.Event()
         self._deadline = deadline
         self._clock = clock
+        self._parent = parent
 
     @classmethod
     def after(cls, seconds: float, *, clock: Callable[[], float] = time.monotonic) -> CancelToken:
@@ -51,8 +60,12 @@ class CancelToken:
 
     @property
     def cancelled(self) -> bool:
-        """True once ``cancel()`` was called or the deadline passed."""
-        return self._event.is_set() or self._deadline_passed()
+        """True once ``cancel()`` was called, the deadline passed or the parent was cancelled."""
+        return (
+            self._event.is_set()
+            or self._deadline_passed()
+            or (self._parent is not None and self._parent.cancelled)
+        )
 
     def remaining(self) -> float | None:
         """Seconds until the deadline (0 when past), or None without one."""
@@ -66,6 +79,8 @@ class CancelToken:
             raise CompactionCancelled("compaction cancelled by the user")
         if self._deadline_passed():
             raise CompactionCancelled("compaction cancelled: its deadline passed")
+        if self._parent is not None:
+            self._parent.raise_if_cancelled()
 
     def _deadline_passed(self) -> bool:
         return self._deadline is not None and self._clock() >= self._deadline

@@ -13,7 +13,8 @@ hooks. A renderer decides how to show them::
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, TextIO
 
@@ -106,6 +107,7 @@ class EventBus:
     def __init__(self, *listeners: Listener | None) -> None:
         self._all: list[Listener] = [fn for fn in listeners if fn is not None]
         self._typed: list[tuple[type[Event], Listener]] = []
+        self._held: list[Event] | None = None
 
     def on(self, event_type: type[Event], listener: Listener) -> None:
         """Call ``listener`` for every event of ``event_type`` (or a subclass)."""
@@ -116,6 +118,27 @@ class EventBus:
         self._all.append(listener)
 
     def emit(self, event: Event) -> None:
+        if self._held is not None:
+            self._held.append(event)
+            return
+        self._deliver(event)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold every event emitted inside the block and deliver them, in order, when it ends.
+
+        ``AsyncSession`` runs a heavy turn step in a worker thread inside this block, so
+        listeners are always called on the event loop's thread.
+        """
+        outer, self._held = self._held, []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, outer
+            for event in held:
+                self.emit(event)
+
+    def _deliver(self, event: Event) -> None:
         for listener in self._all:
             listener(event)
         for event_type, listener in self._typed:

@@ -270,6 +270,37 @@ class DiskArchive:
 
         self._use().write(apply, durable=False)
 
+    def discard(self, keys: Iterable[str]) -> int:
+        """Delete the entries of ``keys`` that nothing holds (no owner's pin, no other entry's link):
+        what a cancelled turn stored and no history reaches. Returns how many were deleted.
+
+        An entry a deleted one linked to loses that link's hold and is deleted too when it was
+        among ``keys``; anything a live history reaches is held, so it is never taken.
+        """
+        if self.read_only:
+            return 0
+        wanted = {key for key in keys if _is_key(key)}
+
+        def apply(t: Transaction) -> int:
+            deleted = 0
+            progress = True
+            while progress and wanted:
+                progress = False
+                for key in sorted(wanted):
+                    row = t.conn.execute(
+                        "SELECT size, holds FROM entries WHERE ns = ? AND key = ?", (self.namespace, key)
+                    ).fetchone()
+                    if row is None:
+                        wanted.discard(key)
+                    elif row[1] == 0:
+                        entries.delete(t, self.namespace, key, row[0])
+                        wanted.discard(key)
+                        deleted += 1
+                        progress = True
+            return deleted
+
+        return self._use().write(apply, durable=False)
+
     def release(self, owner: str) -> None:
         """Drop every pin of ``owner`` (a session that will not be resumed): its entries become evictable."""
         self._use().write(lambda t: entries.reset_owner(t, self.namespace, owner, ()), durable=False)

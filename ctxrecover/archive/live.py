@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from ctxrecover.archive.keys import extract_keys, has_marker
+from ctxrecover.archive.keys import archive_key, extract_keys, has_marker
 from ctxrecover.archive.store import Archive, PinningArchive, put_entries
 from ctxrecover.errors import ArchiveError
 
@@ -172,9 +172,12 @@ class SessionArchive:
         self._stored_since_pin = False
         self._needs_reset = True  # the first pin declares the whole live set
         self._pin_failing = False
+        self._journal: set[str] | None = None  # keys new to the store since begin_journal()
 
     # -- the Archive protocol ------------------------------------------------------------
     def put(self, content: str) -> str:
+        if self._journal is not None:
+            self._note_new((archive_key(content),))
         if self._put_owner:
             key = self._write(lambda: self.store.put(content, owner=self.owner))  # type: ignore[call-arg]
         else:
@@ -184,6 +187,8 @@ class SessionArchive:
 
     def put_keyed(self, entries: Sequence[tuple[str, str]]) -> None:
         """Store pre-keyed entries in one step (see :func:`~ctxrecover.archive.put_entries`)."""
+        if self._journal is not None:
+            self._note_new(key for key, _ in entries)
         if self._put_keyed_owner:
             self._write(lambda: self.store.put_keyed(entries, owner=self.owner))  # type: ignore[attr-defined]
         else:
@@ -247,6 +252,25 @@ class SessionArchive:
                 self._count(key, -1)
         self._flush()
 
+    def begin_journal(self) -> None:
+        """Remember, from now on, the keys this session stores that the store did not hold
+        (the start of a turn that may be cancelled; only a pinning store is journaled)."""
+        self._journal = set() if self.pinning else None
+
+    def end_journal(self, *, discard: bool = False) -> None:
+        """Stop journaling; with ``discard`` (the turn was cancelled and its history rolled back),
+        delete from the store what it stored that no live list of any session holds."""
+        written, self._journal = self._journal, None
+        if not discard or not written:
+            return
+        remove = getattr(self.store, "discard", None)
+        if remove is None:
+            return
+        try:
+            remove(written - self._counts.keys())
+        except ArchiveError as exc:
+            self._report(exc, "pin")
+
     def adopt(self, owner: str) -> None:
         """Take over ``owner``'s pins (a resumed session): they become this session's live set at the
         next :meth:`track`; the pins of the id used so far are released."""
@@ -261,6 +285,10 @@ class SessionArchive:
         self._needs_reset = True
 
     # -- internals ----------------------------------------------------------------------
+    def _note_new(self, keys: Iterable[str]) -> None:
+        assert self._journal is not None
+        self._journal.update(key for key in keys if key not in self._journal and key not in self.store)
+
     def _counted_write(self, entries: Sequence[tuple[str, str]]) -> None:
         if self._source is None or self._on_archived is None:
             return

@@ -37,8 +37,20 @@ and char offset) and anything that is not a :class:`Message`.
 
 from __future__ import annotations
 
+from ctxrecover.session.async_session import AsyncSession
 from ctxrecover.session.core import Session
+from ctxrecover.session.loops import AsyncPanel, Panel, PanelAnswer, aoneshot, oneshot
 from ctxrecover.session.summarizer import resolve_summarizer
 from ctxrecover.turn import Mode
 
-__all__ = ["Mode", "Session", "resolve_summarizer"]
+__all__ = [
+    "AsyncPanel",
+    "AsyncSession",
+    "Mode",
+    "Panel",
+    "PanelAnswer",
+    "Session",
+    "aoneshot",
+    "oneshot",
+    "resolve_summarizer",
+]

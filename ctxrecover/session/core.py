@@ -66,23 +66,31 @@ class Session(SessionBase):
     def _drive(self, flow: Flow[_T]) -> _T:
         """Carry out ``flow``'s actions until it returns; an interrupt rolls the conversation back."""
         checkpoint = self.conversation.checkpoint()
-        reply: Any = None
-        error: Exception | None = None
         try:
-            while True:
-                try:
-                    action = flow.send(reply) if error is None else flow.throw(error)
-                except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
-                reply, error = None, None
-                try:
-                    reply = self._perform(action)
-                except Exception as exc:  # the flow decides what a failed action means
-                    error = exc
+            result = self._run(flow)
         except (KeyboardInterrupt, GeneratorExit):
             flow.close()
             self.conversation.rollback(checkpoint)
             raise
+        except BaseException:
+            self.conversation.commit()  # a typed error: what the turn did (compaction, evidence) stays
+            raise
+        self.conversation.commit()
+        return result
+
+    def _run(self, flow: Flow[_T]) -> _T:
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                action = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            try:
+                reply = self._perform(action)
+            except Exception as exc:  # the flow decides what a failed action means
+                error = exc
 
     def _perform(self, action: Action) -> Any:
         if isinstance(action, Send):

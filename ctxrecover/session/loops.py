@@ -7,10 +7,14 @@ or ``"chat"``). This module adds the two other shapes:
 - :class:`Panel`: several participants answer the same prompt, each compacting
   its own thread; one participant's failure — whatever it is — is reported for
   that participant and does not fail the panel.
+
+:func:`aoneshot` and :class:`AsyncPanel` are the same for asyncio programs (the panel's
+participants answer concurrently).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,10 +23,11 @@ from typing import Any, TextIO
 from ctxrecover.errors import ConfigError
 from ctxrecover.events import StderrRenderer
 from ctxrecover.messages import Message
-from ctxrecover.session import Session
+from ctxrecover.session.async_session import AsyncSession
+from ctxrecover.session.core import Session
 from ctxrecover.transport import Sender
 
-__all__ = ["Panel", "PanelAnswer", "oneshot"]
+__all__ = ["AsyncPanel", "Panel", "PanelAnswer", "aoneshot", "oneshot"]
 
 
 def oneshot(
@@ -93,3 +98,50 @@ class Panel:
             except Exception as exc:  # noqa: BLE001 — one participant's failure never fails the panel
                 answers[name] = PanelAnswer(name, None, exc)
         return answers
+
+
+async def aoneshot(
+    sender: Any,
+    prompt: str,
+    *,
+    system: str | None = None,
+    stream: TextIO | None = None,
+    **session_options: Any,
+) -> str:
+    """:func:`oneshot` for asyncio programs: an :class:`~ctxrecover.session.AsyncSession` answers."""
+    renderer = StderrRenderer(stream if stream is not None else sys.stderr)
+    session = AsyncSession(sender, on_event=renderer, mode="chat", **session_options)
+    if system:
+        session.add(Message.system(system))
+    session.add(Message.user(prompt))
+    return (await session.complete()).content
+
+
+class AsyncPanel:
+    """:class:`Panel` for asyncio programs: participants (each an
+    :class:`~ctxrecover.session.AsyncSession`) answer the same prompt concurrently."""
+
+    def __init__(self, participants: Mapping[str, AsyncSession]) -> None:
+        if not participants:
+            raise ConfigError(
+                "an AsyncPanel needs at least one participant: AsyncPanel({'name': AsyncSession(s)})"
+            )
+        self.participants = dict(participants)
+
+    async def ask(self, prompt: str) -> dict[str, PanelAnswer]:
+        """Give ``prompt`` to every participant at once; a failure stays that participant's.
+
+        An exception ends only its own participant's turn and is returned in its
+        :class:`PanelAnswer`; cancelling the panel's task cancels every participant's turn
+        (each rolls back) and propagates.
+        """
+
+        async def answer(name: str, session: AsyncSession) -> PanelAnswer:
+            try:
+                session.add(Message.user(prompt))
+                return PanelAnswer(name, await session.complete(), None)
+            except Exception as exc:  # noqa: BLE001 — one participant's failure never fails the panel
+                return PanelAnswer(name, None, exc)
+
+        answers = await asyncio.gather(*(answer(name, s) for name, s in self.participants.items()))
+        return {a.name: a for a in answers}

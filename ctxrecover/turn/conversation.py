@@ -171,8 +171,10 @@ class Conversation:
 
     # -- interruption -------------------------------------------------------------------------------
     def checkpoint(self) -> Checkpoint:
-        """The conversation now (O(1) in the history: its list is kept by identity)."""
+        """The conversation now (O(1) in the history: its list is kept by identity); until
+        :meth:`commit` or :meth:`rollback`, what the archive newly stores is journaled."""
         compactor = self.compactor
+        self.archive.begin_journal()
         return Checkpoint(
             history=self._history,
             length=len(self._history),
@@ -190,11 +192,14 @@ class Conversation:
     def rollback(self, checkpoint: Checkpoint) -> None:
         """Return to ``checkpoint`` (an interrupted turn): history, gateway model, limits, window,
         calibration, escalation and the compactor's undo stack and back-off; the archive's pins
-        follow the history. Counters are kept: the requests were sent."""
+        follow the history, and what the turn newly stored that nothing holds is deleted from a
+        pinning store (a store without pins may be shared unseen: its entries stay, unreferenced).
+        Counters are kept: the requests were sent."""
         history = checkpoint.history
         del history[checkpoint.length :]
         self.history = history
         self.archive.track(LIVE_OUTGOING, ())
+        self.archive.end_journal(discard=True)  # what the turn stored and nothing holds goes again
         self.gateway = checkpoint.gateway
         self.tool_result_budget_chars = checkpoint.tool_result_budget_chars
         self.tool_result_max_chars = checkpoint.tool_result_max_chars
@@ -204,6 +209,10 @@ class Conversation:
         self.marked = checkpoint.marked
         self.escalation = checkpoint.escalation
         self.compactor.rollback(checkpoint.compactor)
+
+    def commit(self) -> None:
+        """The turn since :meth:`checkpoint` ended (answered or raised): what it did stays."""
+        self.archive.end_journal()
 
     # -- persistence --------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -69,10 +69,13 @@ EXPECTED_PUBLIC_NAMES = {
     "SessionStats",
     "StatusEvent",
     "StderrRenderer",
-    # the loop and its senders
+    # the sessions, the loops and the senders
     "Session",
+    "AsyncSession",
     "Panel",
+    "AsyncPanel",
     "oneshot",
+    "aoneshot",
     "AnthropicSDKSender",
     "ChatRequest",
     "ChatResponse",
@@ -86,6 +89,7 @@ EXPECTED_PUBLIC_NAMES = {
     "ArchiveFullError",
     "ArchiveIntegrityError",
     "ArchiveWriteError",
+    "ArgumentTypeError",
     "MessageError",
     "NestingTooDeepError",
     "UnencodableTextError",
@@ -97,6 +101,7 @@ EXPECTED_PUBLIC_NAMES = {
     "PayloadFloorError",
     "RecoveryError",
     "RecoveryExhausted",
+    "ResponseFormatError",
     "SummarizerError",
     "UnrecoverableFailure",
 }
