@@ -133,7 +133,7 @@ class _SDKSender:
         self._extra_kwargs = dict(extra_kwargs or {})
         self.stream = stream or self._extra_kwargs.get("stream") is True
         self.on_delta = on_delta
-        self._source = f"{type(client).__module__.split('.', 1)[0]} client"
+        self._source = f"the {type(client).__module__.split('.', 1)[0]} client"
 
     def _create_function(self) -> Callable[..., Any]:
         """The SDK method that posts a request (``client.chat.completions.create``, …)."""
@@ -220,7 +220,7 @@ class _SDKSender:
             parsed = parse_response(self.wire_format, raw)
         except ValueError as exc:
             raise SendFailed(
-                f"unparseable {self.wire_format} response from the {self._source}: {exc}",
+                f"unparseable {self.wire_format} response from {self._source}: {exc}",
                 request_bytes=call.size,
                 body=_body_text(raw),
             ) from exc
