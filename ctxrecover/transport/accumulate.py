@@ -56,6 +56,9 @@ __all__ = [
 
 # Keys whose later values replace the first instead of joining it (a repeated role must not double).
 IDENTITY_KEYS = frozenset({"index", "type", "role", "id"})
+# Fields only a stream's events carry, never the answer: OpenAI's padding against size side channels
+# (``stream_options.include_obfuscation``, on by default).
+STREAM_ONLY_FIELDS = frozenset({"obfuscation"})
 RESPONSES_FINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
 RESPONSES_TEXT_EVENTS = frozenset({"response.output_text.delta", "response.refusal.delta"})
 
@@ -162,13 +165,15 @@ class ChatAccumulator(Accumulator):
         for key, value in data.items():
             if key == "object" and isinstance(value, str):
                 self._document[key] = value.removesuffix(".chunk")
-            elif key != "choices" and (value is not None or key not in self._document):
+            elif key not in ("choices", *STREAM_ONLY_FIELDS) and (
+                value is not None or key not in self._document
+            ):
                 self._document[key] = value
         text = ""
         for position, choice in enumerate(_objects(data.get("choices"))):
             index = _index(choice.get("index"), position)
             snapshot = self._choices.setdefault(index, {"index": index, "message": {}})
-            delta = _object(choice.get("delta"))
+            delta = {k: v for k, v in _object(choice.get("delta")).items() if k not in STREAM_ONLY_FIELDS}
             _merge(snapshot["message"], delta)
             for key, value in choice.items():
                 if key == "logprobs" and isinstance(value, dict) and isinstance(snapshot.get(key), dict):

@@ -81,6 +81,19 @@ def test_chat_text_and_logprobs_join_and_a_null_usage_never_replaces_the_usage_c
     assert raw["usage"] == {"prompt_tokens": 3, "completion_tokens": 2}
 
 
+def test_chat_stream_obfuscation_padding_never_reaches_the_answer() -> None:
+    # stream_options.include_obfuscation: https://platform.openai.com/docs/api-reference/chat/create
+    events = [
+        chunk({"role": "assistant", "content": "Hi", "obfuscation": "xQ3"}, obfuscation="a9"),
+        chunk({}, "stop", obfuscation="Zk2p"),
+    ]
+    accumulator = ChatAccumulator()
+    feed(accumulator, events)
+    raw = accumulator.raw()
+    assert "obfuscation" not in raw and "obfuscation" not in raw["choices"][0]["message"]
+    assert raw["choices"][0]["message"] == {"role": "assistant", "content": "Hi"}
+
+
 def test_chat_without_a_finish_reason_is_not_complete() -> None:
     accumulator = ChatAccumulator()
     feed(accumulator, [chunk({"role": "assistant", "content": "Hel"})])
