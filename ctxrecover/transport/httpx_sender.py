@@ -74,27 +74,7 @@ class _AsyncChunks:
 
 
 class _HttpxSenderBase:
-    """What both httpx senders decide: the URL, headers and body of a request, and what a failure is.
-
-    Bodies are assembled from each message's encoded JSON, cached on the
-    message (:func:`~ctxrecover.wire.encode_request`), so a request encodes
-    only the messages not sent before, and posted as the chunks of a
-    :class:`~ctxrecover.wire.chunks.BodyEncoder` with their ``Content-Length``:
-    a request that appends to the history joins only its last block of
-    messages instead of copying the whole body (an injected ``client`` with
-    request event hooks gets the body joined, so the hooks can read
-    ``request.content``). That costs about two more copies of the history in
-    memory; with ``cache_fragments=False`` nothing is stored and each request
-    encodes its messages again into one buffer (the same bytes).
-
-    With ``stream=True`` the request asks for a streamed answer as the real API
-    does (``"stream": true`` — with ``stream_options.include_usage`` for OpenAI
-    chat —, Gemini's ``:streamGenerateContent?alt=sse``, Bedrock's
-    ``/converse-stream``); the events are read as they arrive and accumulated
-    into the same :class:`ChatResponse` the answer gives unstreamed (``raw``
-    included). ``on_delta`` is called with each piece of the answer's text as it
-    arrives (an answer that did not stream: with its whole text once).
-    """
+    """What both httpx senders decide: the URL, headers and body of a request, and what a failure is."""
 
     def __init__(
         self,
@@ -168,8 +148,26 @@ class _HttpxSenderBase:
 
 
 class HttpxSender(_HttpxSenderBase):
-    """Post the real request body of ``wire_format`` to ``base_url`` with ``httpx.Client``
-    (see :class:`_HttpxSenderBase` for the body, streaming and ``on_delta``).
+    """Post the real request body of ``wire_format`` to ``base_url`` with ``httpx.Client``.
+
+    Bodies are assembled from each message's encoded JSON, cached on the
+    message (:func:`~ctxrecover.wire.encode_request`), so a request encodes
+    only the messages not sent before, and posted as the chunks of a
+    :class:`~ctxrecover.wire.chunks.BodyEncoder` with their ``Content-Length``:
+    a request that appends to the history joins only its last block of
+    messages instead of copying the whole body (an injected ``client`` with
+    request event hooks gets the body joined, so the hooks can read
+    ``request.content``). That costs about two more copies of the history in
+    memory; with ``cache_fragments=False`` nothing is stored and each request
+    encodes its messages again into one buffer (the same bytes).
+
+    With ``stream=True`` the request asks for a streamed answer as the real API
+    does (``"stream": true`` — with ``stream_options.include_usage`` for OpenAI
+    chat —, Gemini's ``:streamGenerateContent?alt=sse``, Bedrock's
+    ``/converse-stream``); the events are read as they arrive and accumulated
+    into the same :class:`ChatResponse` the answer gives unstreamed (``raw``
+    included). ``on_delta`` is called with each piece of the answer's text as it
+    arrives (an answer that did not stream: with its whole text once).
 
     >>> import httpx
     >>> from ctxrecover.messages import Message
