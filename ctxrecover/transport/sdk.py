@@ -285,8 +285,9 @@ class _AsyncSDKSender(_SDKSender):
                     reader.event(None, _dump(event))
             finally:
                 close = getattr(result, "close", None)
-                if close is not None:
-                    await close()
+                closing = close() if close is not None else None
+                if inspect.isawaitable(closing):  # the SDKs' AsyncStream.close is a coroutine
+                    await closing
         except Exception as exc:
             failure = self._failure(exc, call, reader, streaming)
             if failure is None:
