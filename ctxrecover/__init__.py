@@ -81,6 +81,10 @@ from ctxrecover.summarize import (
 )
 from ctxrecover.transport import (
     AnthropicSDKSender,
+    AsyncAnthropicSDKSender,
+    AsyncHttpxSender,
+    AsyncOpenAISDKSender,
+    AsyncSender,
     ChatRequest,
     ChatResponse,
     HttpxSender,
@@ -110,7 +114,11 @@ __all__ = [
     "ArchiveIntegrityError",
     "ArchiveWriteError",
     "ArgumentTypeError",
+    "AsyncAnthropicSDKSender",
+    "AsyncHttpxSender",
+    "AsyncOpenAISDKSender",
     "AsyncPanel",
+    "AsyncSender",
     "AsyncSession",
     "CHAT_POLICY",
     "CancelToken",

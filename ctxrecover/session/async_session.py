@@ -20,12 +20,13 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from typing import Any, TypeVar, assert_never
+from typing import Any, TypeVar, assert_never, cast
 
 from ctxrecover.compaction import CompactionReport
 from ctxrecover.messages import Message
 from ctxrecover.session.base import SessionBase
 from ctxrecover.summarize import CancelToken, SummarizeCall
+from ctxrecover.transport import AsyncSender, Sender
 from ctxrecover.turn import Action, Flow, Send, Sleep, manual_compaction_flow, turn_flow
 
 __all__ = ["THREAD_ABOVE_CHARS", "AsyncSession"]
@@ -58,7 +59,7 @@ class AsyncSession(SessionBase):
 
     def __init__(
         self,
-        sender: Any,
+        sender: AsyncSender | Sender,
         *,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         thread_above_chars: int = THREAD_ABOVE_CHARS,
@@ -142,8 +143,8 @@ class AsyncSession(SessionBase):
     async def _perform(self, action: Action, token: CancelToken) -> Any:
         if isinstance(action, Send):
             if self._async_send:
-                return await self.sender.send(action.request)
-            return await asyncio.to_thread(self.sender.send, action.request)
+                return await cast(AsyncSender, self.sender).send(action.request)
+            return await asyncio.to_thread(cast(Sender, self.sender).send, action.request)
         if isinstance(action, Sleep):
             return await self._sleep(action.seconds)
         if isinstance(action, SummarizeCall):

@@ -1,22 +1,65 @@
 """The seam between a turn and the network: what is sent, what comes back, what a failure carries.
 
-A :class:`Sender` turns a :class:`ChatRequest` into a :class:`ChatResponse` or
-raises. Whatever it raises, :func:`ctxrecover.classify.classify` reads it; a
-:class:`SendFailed` wrapper adds what classification needs most — the exact
-size of the rejected body — and keeps the original error as ``__cause__``.
+A :class:`Sender` (or an :class:`AsyncSender`, whose ``send`` is awaited) turns a
+:class:`ChatRequest` into a :class:`ChatResponse` or raises. Whatever it raises,
+:func:`ctxrecover.classify.classify` reads it; a :class:`SendFailed` wrapper adds
+what classification needs most — the exact size of the rejected body — and keeps
+the original error as ``__cause__``. Anything else a sender raises (a ``TypeError``,
+a bug) is not the provider's answer and propagates as itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from ctxrecover.errors import CtxRecoverError
 from ctxrecover.messages import Message
 from ctxrecover.wire import ParsedResponse, Usage, WireFormat
 
-__all__ = ["ChatRequest", "ChatResponse", "SendFailed", "Sender", "header_bytes"]
+__all__ = [
+    "AsyncSender",
+    "ChatRequest",
+    "ChatResponse",
+    "DeltaCallback",
+    "MalformedStream",
+    "STREAM_BODY_FIELDS",
+    "STREAM_PATHS",
+    "SendFailed",
+    "Sender",
+    "header_bytes",
+    "stream_body_fields",
+]
+
+#: Called with each piece of the answer's text as it arrives (``on_delta`` of the senders).
+DeltaCallback = Callable[[str], object]
+
+# How each wire format asks for a streamed answer: fields added to the body (OpenAI's usage chunk
+# included: https://platform.openai.com/docs/api-reference/chat/create#chat-create-stream_options;
+# https://docs.anthropic.com/en/api/messages-streaming), or the endpoint that replaces the plain one
+# (https://ai.google.dev/api/generate-content#method:-models.streamgeneratecontent;
+# https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ConverseStream.html).
+STREAM_BODY_FIELDS: Mapping[WireFormat, Mapping[str, Any]] = MappingProxyType(
+    {
+        WireFormat.OPENAI_CHAT: MappingProxyType({"stream": True, "stream_options": {"include_usage": True}}),
+        WireFormat.OPENAI_RESPONSES: MappingProxyType({"stream": True}),
+        WireFormat.ANTHROPIC: MappingProxyType({"stream": True}),
+    }
+)
+STREAM_PATHS: Mapping[WireFormat, str] = MappingProxyType(
+    {
+        WireFormat.GEMINI: "/v1beta/models/{model}:streamGenerateContent?alt=sse",
+        WireFormat.BEDROCK_CONVERSE: "/model/{model}/converse-stream",
+    }
+)
+
+
+def stream_body_fields(fmt: WireFormat) -> dict[str, Any]:
+    """A fresh copy of the fields ``fmt``'s body adds to ask for a stream (none where a path does)."""
+    return copy.deepcopy(dict(STREAM_BODY_FIELDS.get(fmt, {})))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +109,27 @@ class Sender(Protocol):
     wire_format: WireFormat
 
     def send(self, request: ChatRequest) -> ChatResponse: ...
+
+
+@runtime_checkable
+class AsyncSender(Protocol):
+    """Send one request without blocking the event loop; raise on any failure, as a :class:`Sender`."""
+
+    wire_format: WireFormat
+
+    async def send(self, request: ChatRequest) -> ChatResponse: ...
+
+
+class MalformedStream(CtxRecoverError, ValueError):
+    """A streamed answer that cannot be read (bad framing, a checksum, an event that is not JSON).
+
+    Raised by the stream decoders and accumulators; the senders turn it into :class:`SendFailed`.
+    ``data`` is the offending event text, when there is one.
+    """
+
+    def __init__(self, message: str, *, data: str | None = None) -> None:
+        super().__init__(message)
+        self.data = data
 
 
 class SendFailed(CtxRecoverError):

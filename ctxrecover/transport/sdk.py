@@ -1,18 +1,34 @@
-"""Send through an official SDK client: :class:`OpenAISDKSender`, :class:`AnthropicSDKSender`.
+"""Send through an official SDK client, sync or async, streamed or not: :class:`OpenAISDKSender`,
+:class:`AnthropicSDKSender`, :class:`AsyncOpenAISDKSender`, :class:`AsyncAnthropicSDKSender`.
 
 Create those clients with ``max_retries=0``: SDK retries resend the very body a
-proxy just rejected; the session's recovery does the retrying.
+proxy just rejected; the session's recovery does the retrying. The sync and async
+senders differ only in their I/O (``create`` awaited or not, the SDK's ``Stream``
+iterated with ``for`` or ``async for``): the call's arguments and size, the reading of
+the answer (:class:`~ctxrecover.transport.answer.StreamReader` for a stream) and what a
+failure is are decided once, in :class:`_SDKSender`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from ctxrecover.transport.base import ChatRequest, ChatResponse, SendFailed, header_bytes
+from ctxrecover.errors import ConfigError
+from ctxrecover.transport.answer import StreamReader, stated_status
+from ctxrecover.transport.base import (
+    ChatRequest,
+    ChatResponse,
+    DeltaCallback,
+    SendFailed,
+    header_bytes,
+    stream_body_fields,
+)
 from ctxrecover.wire import WireFormat, encode_body, parse_response, render_request, request_size
 
-__all__ = ["AnthropicSDKSender", "OpenAISDKSender"]
+__all__ = ["AnthropicSDKSender", "AsyncAnthropicSDKSender", "AsyncOpenAISDKSender", "OpenAISDKSender"]
 
 # Keyword arguments of an SDK ``create`` call that are request options, not body fields.
 SDK_REQUEST_OPTIONS: frozenset[str] = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
@@ -28,12 +44,13 @@ def _is_transport_failure(exc: BaseException) -> bool:
 
 
 def _dump(result: Any) -> dict[str, Any]:
+    """An SDK model (or a dict) as its JSON document."""
     if hasattr(result, "model_dump"):
-        dumped: dict[str, Any] = result.model_dump(mode="json", exclude_none=True)
-        return dumped
+        document: dict[str, Any] = result.model_dump(mode="json", exclude_none=True)
+        return document
     if isinstance(result, dict):
         return result
-    raise TypeError(f"unexpected SDK result type {type(result).__name__}")
+    raise ConfigError(f"unexpected SDK result type {type(result).__name__}: neither a model nor a dict")
 
 
 def _entries_size(fields: Mapping[str, Any]) -> int:
@@ -58,8 +75,25 @@ def _sent_header_bytes(exc: BaseException) -> int | None:
         return None
 
 
+def _body_text(body: Any) -> str:
+    if isinstance(body, str):
+        return body
+    try:
+        return encode_body(body).decode()
+    except (TypeError, ValueError):  # not JSON-able: its text
+        return str(body)
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One ``create`` call: its keyword arguments and the size of the body the SDK builds from them."""
+
+    kwargs: dict[str, Any]
+    size: int
+
+
 class _SDKSender:
-    """Shared body of the SDK adapters: render, call, parse, wrap failures.
+    """What every SDK sender decides, with no I/O: the call, its size, the answer, the failure.
 
     ``extra_kwargs`` go to every ``create`` call: body fields (``temperature``,
     ``metadata``, …) and the SDK's request options (``extra_headers``,
@@ -70,16 +104,40 @@ class _SDKSender:
     cached sizes and the few fields that differ, never by encoding the history;
     on a failure, the Content-Length of the request the SDK error carries, when
     it has one.
+
+    ``stream=True`` (or ``extra_kwargs={"stream": True}``) asks for a stream as the
+    API does (OpenAI with ``stream_options.include_usage``); the SDK's ``Stream``
+    is consumed and accumulated into the same :class:`ChatResponse` the answer
+    gives unstreamed. ``on_delta`` gets each piece of text as it arrives (an
+    answer that did not stream: its whole text once). An error event the SDK
+    raises inside the stream carries its error document as ``body`` and the
+    status it states. A failure that is not the SDK's or the network's (a bad
+    keyword, a bug, ``on_delta``'s own error) propagates as itself.
     """
 
     wire_format: WireFormat
     # Body fields the SDK's ``create`` has no parameter for: sent through ``extra_body``.
     extra_body_fields: tuple[str, ...] = ()
 
-    def __init__(self, client: Any, *, model: str, extra_kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        extra_kwargs: Mapping[str, Any] | None = None,
+        stream: bool = False,
+        on_delta: DeltaCallback | None = None,
+    ) -> None:
         self._client = client
         self.model = model
         self._extra_kwargs = dict(extra_kwargs or {})
+        self.stream = stream or self._extra_kwargs.get("stream") is True
+        self.on_delta = on_delta
+        self._source = f"the {type(client).__module__.split('.', 1)[0]} client"
+
+    def _create_function(self) -> Callable[..., Any]:
+        """The SDK method that posts a request (``client.chat.completions.create``, …)."""
+        raise NotImplementedError
 
     def _body(self, request: ChatRequest) -> dict[str, Any]:
         return render_request(
@@ -93,7 +151,8 @@ class _SDKSender:
 
     def _kwargs(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
         """The ``create`` keyword arguments: body fields, then the merged request options."""
-        kwargs = {**body, **self._extra_kwargs}
+        streaming = stream_body_fields(self.wire_format) if self.stream else {}
+        kwargs = {**body, **streaming, **self._extra_kwargs}
         extra_body = {
             **(self._extra_kwargs.get("extra_body") or {}),
             **{name: kwargs.pop(name) for name in self.extra_body_fields if name in kwargs},
@@ -131,48 +190,150 @@ class _SDKSender:
         except (TypeError, ValueError):  # an extra value only the SDK can serialise
             return size
 
-    def _create(self, kwargs: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def send(self, request: ChatRequest) -> ChatResponse:
+    def _call(self, request: ChatRequest) -> _Call:
         body = self._body(request)
         kwargs = self._kwargs(body, request.headers)
-        size = self._wire_size(request, body, kwargs)
-        try:
-            result = self._create(kwargs)
-        except Exception as exc:
-            if not _is_transport_failure(exc):
-                raise  # a programming error (a bad keyword, a wrong client): not a provider failure
-            size = _sent_bytes(exc) or size
-            raise SendFailed(
-                f"{type(exc).__name__}: {exc}", request_bytes=size, header_bytes=_sent_header_bytes(exc)
-            ) from exc
+        return _Call(kwargs, self._wire_size(request, body, kwargs))
+
+    def _reader(self, call: _Call) -> StreamReader:
+        return StreamReader(
+            self.wire_format, request_bytes=call.size, source=self._source, on_delta=self.on_delta
+        )
+
+    def _is_stream(self, result: Any, iterator: str) -> bool:
+        """Whether ``create`` gave a stream (an object with ``iterator``) rather than a whole answer."""
+        if hasattr(result, "model_dump") or isinstance(result, dict):
+            return False
+        if hasattr(result, iterator):
+            return True
+        if inspect.iscoroutine(result):
+            result.close()  # never awaited: closed, so it does not warn
+        raise ConfigError(
+            f"{type(self).__name__}: the client's create() returned a {type(result).__name__}, neither an "
+            f"answer nor a stream; give the sync senders a sync client and the Async… senders an async one"
+        )
+
+    def _whole(self, result: Any, call: _Call, reader: StreamReader) -> ChatResponse:
+        """The answer of a call that did not stream; a SendFailed when it is not an answer."""
         raw = _dump(result)
-        return ChatResponse.from_parsed(parse_response(self.wire_format, raw), request_bytes=size, raw=raw)
+        try:
+            parsed = parse_response(self.wire_format, raw)
+        except ValueError as exc:
+            raise SendFailed(
+                f"unparseable {self.wire_format} response from {self._source}: {exc}",
+                request_bytes=call.size,
+                body=_body_text(raw),
+            ) from exc
+        reader.deliver(parsed.message.content)
+        return ChatResponse.from_parsed(parsed, request_bytes=call.size, raw=raw)
+
+    def _failure(
+        self, exc: Exception, call: _Call, reader: StreamReader, streaming: bool
+    ) -> SendFailed | None:
+        """The SendFailed ``exc`` means; None when it is neither the SDK's nor the network's (raise it)."""
+        if reader.callback_failed or not _is_transport_failure(exc):
+            return None  # a programming error (a bad keyword, a wrong client) or on_delta's own
+        body = getattr(exc, "body", None)
+        if streaming and body is not None:  # an error event the SDK raised while reading the stream
+            return reader.error(_body_text(body), status=stated_status(body))
+        return SendFailed(
+            f"{type(exc).__name__}: {exc}",
+            request_bytes=_sent_bytes(exc) or call.size,
+            header_bytes=_sent_header_bytes(exc),
+        )
 
 
-class OpenAISDKSender(_SDKSender):
+class _SyncSDKSender(_SDKSender):
+    def send(self, request: ChatRequest) -> ChatResponse:
+        """Post ``request`` through the client; its answer, or :class:`SendFailed`."""
+        call = self._call(request)
+        reader = self._reader(call)
+        streaming = False
+        try:
+            result = self._create_function()(**call.kwargs)
+            if not self._is_stream(result, "__iter__"):
+                return self._whole(result, call, reader)
+            streaming = True
+            try:
+                for event in result:
+                    reader.event(None, _dump(event))
+            finally:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+        except Exception as exc:
+            failure = self._failure(exc, call, reader, streaming)
+            if failure is None:
+                raise
+            raise failure from exc
+        return reader.end()
+
+
+class _AsyncSDKSender(_SDKSender):
+    async def send(self, request: ChatRequest) -> ChatResponse:
+        """Post ``request`` through the async client; its answer, or :class:`SendFailed`."""
+        call = self._call(request)
+        reader = self._reader(call)
+        streaming = False
+        try:
+            result = await self._create_function()(**call.kwargs)
+            if not self._is_stream(result, "__aiter__"):
+                return self._whole(result, call, reader)
+            streaming = True
+            try:
+                async for event in result:
+                    reader.event(None, _dump(event))
+            finally:
+                close = getattr(result, "close", None)
+                closing = close() if close is not None else None
+                if inspect.isawaitable(closing):  # the SDKs' AsyncStream.close is a coroutine
+                    await closing
+        except Exception as exc:
+            failure = self._failure(exc, call, reader, streaming)
+            if failure is None:
+                raise
+            raise failure from exc
+        return reader.end()
+
+
+class _OpenAIChat(_SDKSender):
+    wire_format = WireFormat.OPENAI_CHAT
+
+    def _create_function(self) -> Callable[..., Any]:
+        create: Callable[..., Any] = self._client.chat.completions.create
+        return create
+
+
+class _AnthropicMessages(_SDKSender):
+    wire_format = WireFormat.ANTHROPIC
+    extra_body_fields = ("context_management",)
+
+    def _create_function(self) -> Callable[..., Any]:
+        create: Callable[..., Any] = self._client.messages.create
+        return create
+
+
+class OpenAISDKSender(_OpenAIChat, _SyncSDKSender):
     """Send through an existing ``openai.OpenAI`` client (Chat Completions).
 
     Build the client with ``max_retries=0`` so the SDK does not resend a body a
     proxy has just rejected; the Session's recovery does the retrying.
     """
 
-    wire_format = WireFormat.OPENAI_CHAT
 
-    def _create(self, kwargs: dict[str, Any]) -> Any:
-        return self._client.chat.completions.create(**kwargs)
-
-
-class AnthropicSDKSender(_SDKSender):
+class AnthropicSDKSender(_AnthropicMessages, _SyncSDKSender):
     """Send through an existing ``anthropic.Anthropic`` client (Messages API).
 
     Build the client with ``max_retries=0`` so the SDK does not resend a body a
     proxy has just rejected; the Session's recovery does the retrying.
     """
 
-    wire_format = WireFormat.ANTHROPIC
-    extra_body_fields = ("context_management",)
 
-    def _create(self, kwargs: dict[str, Any]) -> Any:
-        return self._client.messages.create(**kwargs)
+class AsyncOpenAISDKSender(_OpenAIChat, _AsyncSDKSender):
+    """Send through an existing ``openai.AsyncOpenAI`` client: ``await sender.send(request)``
+    (build the client with ``max_retries=0``)."""
+
+
+class AsyncAnthropicSDKSender(_AnthropicMessages, _AsyncSDKSender):
+    """Send through an existing ``anthropic.AsyncAnthropic`` client: ``await sender.send(request)``
+    (build the client with ``max_retries=0``)."""

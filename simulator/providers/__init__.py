@@ -1,4 +1,5 @@
-"""Mock LLM providers per wire format: strict validation, real error bodies, usage, streaming, prices."""
+"""Mock LLM providers per wire format: strict validation, real error bodies, usage, streaming (and streams
+that fail mid-way), prices."""
 
 from simulator.providers.mock import (
     DEFAULT_PRICE,
@@ -19,6 +20,7 @@ from simulator.providers.mock import (
     rate_limit_response,
 )
 from simulator.providers.service import HOSTS, MockService
+from simulator.providers.stream_errors import error_event, failing_stream
 from simulator.providers.streaming import StreamOptions, stream_response
 
 __all__ = [
@@ -37,7 +39,9 @@ __all__ = [
     "StreamOptions",
     "Usage",
     "cost",
+    "error_event",
     "estimate_tokens",
+    "failing_stream",
     "format_for_path",
     "price_for",
     "rate_limit_response",

@@ -15,9 +15,10 @@ import httpx
 
 from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire, content_blocks, json_response
 
-__all__ = ["OpenAIChatWire", "OpenAIResponsesWire"]
+__all__ = ["SYSTEM_FINGERPRINT", "OpenAIChatWire", "OpenAIResponsesWire"]
 
 CREATED_EPOCH = 1_700_000_000  # deterministic "created" timestamps: epoch + call number
+SYSTEM_FINGERPRINT = "fp_ctxsim"  # every chat.completion and chunk carries the backend's fingerprint
 
 # -- real error texts ---------------------------------------------------------
 
@@ -223,6 +224,7 @@ class OpenAIChatWire(_OpenAIErrors):
             "object": "chat.completion",
             "created": CREATED_EPOCH + parts.call_index,
             "model": parts.model,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
             "usage": {
                 "prompt_tokens": usage.input_tokens,

@@ -8,7 +8,8 @@ With ``stream=true`` (OpenAI, Anthropic), ``:streamGenerateContent`` (Gemini) or
 format             events (sources: the official SDKs' stream parsers and recorded fixtures)
 =================  ===========================================================================
 openai-chat        ``data: {chat.completion.chunk}`` … a ``finish_reason`` chunk, a usage chunk
-                   (``choices: []``) when ``stream_options.include_usage``, then ``data: [DONE]``
+                   (``choices: []``) when ``stream_options.include_usage`` (the chunks before
+                   it then carry ``"usage": null``), then ``data: [DONE]``
 openai-responses   ``response.created``, ``response.in_progress``, per output item
                    ``output_item.added`` … ``output_item.done``, then ``response.completed``
                    (``response.incomplete`` when cut at ``max_output_tokens``); no ``[DONE]``
@@ -33,19 +34,27 @@ from __future__ import annotations
 import binascii
 import json
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import httpx
 
+from simulator.providers.openai import SYSTEM_FINGERPRINT
 from simulator.providers.wire import ReplyParts, Wire
 
-__all__ = ["DELTA_CHARS", "STREAM_CONTENT_TYPES", "StreamOptions", "sse_event", "stream_response"]
+__all__ = [
+    "DELTA_CHARS",
+    "STREAM_CONTENT_TYPES",
+    "StreamOptions",
+    "eventstream_frame",
+    "eventstream_message",
+    "sse_event",
+    "stream_response",
+]
 
 DELTA_CHARS = 24  # characters per text delta: real APIs send a few tokens per event
-SYSTEM_FINGERPRINT = "fp_ctxsim"
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 EVENTSTREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
 STREAM_CONTENT_TYPES: Mapping[str, str] = MappingProxyType(
@@ -85,13 +94,15 @@ def _pieces(text: str) -> list[str]:
 
 
 def _chat_events(parts: ReplyParts, payload: Payload, options: StreamOptions) -> Iterator[bytes]:
-    base = {
+    base: dict[str, Any] = {
         "id": payload["id"],
         "object": "chat.completion.chunk",
         "created": payload["created"],
         "model": payload["model"],
         "system_fingerprint": SYSTEM_FINGERPRINT,
     }
+    if options.include_usage:  # every chunk then has a usage field, null but in the last one
+        base["usage"] = None
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -266,26 +277,30 @@ def _gemini_events(parts: ReplyParts, payload: Payload, options: StreamOptions) 
 # -- Bedrock ConverseStream (AWS event-stream framing) ---------------------------------
 
 
-def eventstream_frame(event_type: str, payload: Mapping[str, Any]) -> bytes:
+def eventstream_message(headers: Sequence[tuple[str, str]], payload: Mapping[str, Any]) -> bytes:
     """One AWS event-stream message: prelude (lengths + CRC32), string headers, JSON payload, CRC32."""
-    headers = b""
-    for name, value in (
-        (":event-type", event_type),
-        (":content-type", "application/json"),
-        (":message-type", "event"),
-    ):
+    head = b""
+    for name, value in headers:
         encoded = value.encode()
-        headers += (
+        head += (
             struct.pack("!B", len(name))
             + name.encode()
             + struct.pack("!BH", EVENTSTREAM_STRING, len(encoded))
             + encoded
         )
     body = json.dumps(payload, separators=(",", ":")).encode()
-    total = 12 + len(headers) + len(body) + 4
-    prelude = struct.pack("!II", total, len(headers))
-    message = prelude + struct.pack("!I", binascii.crc32(prelude)) + headers + body
+    total = 12 + len(head) + len(body) + 4
+    prelude = struct.pack("!II", total, len(head))
+    message = prelude + struct.pack("!I", binascii.crc32(prelude)) + head + body
     return message + struct.pack("!I", binascii.crc32(message))
+
+
+def eventstream_frame(event_type: str, payload: Mapping[str, Any]) -> bytes:
+    """One event of a ConverseStream answer (``:message-type`` ``event``) as an event-stream message."""
+    return eventstream_message(
+        ((":event-type", event_type), (":content-type", "application/json"), (":message-type", "event")),
+        payload,
+    )
 
 
 def _bedrock_events(parts: ReplyParts, payload: Payload, options: StreamOptions) -> Iterator[bytes]:

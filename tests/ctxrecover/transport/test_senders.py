@@ -1,8 +1,9 @@
 """Senders: the real bodies, paths and auth headers of each wire format, and typed failures.
 
-HttpxSender runs over ``httpx.MockTransport``; the SDK adapters run real ``openai.OpenAI``
-/ ``anthropic.Anthropic`` clients over an ``httpx2.MockTransport`` (the SDKs are built on
-httpx2, which plain httpx mocks do not intercept). No network.
+Every test runs through the sync and the async sender (the ``io`` fixture). The httpx
+senders run over ``httpx.MockTransport``; the SDK adapters run real ``openai`` /
+``anthropic`` clients (sync and async) over an ``httpx2.MockTransport`` (the SDKs are
+built on httpx2, which plain httpx mocks do not intercept). No network.
 """
 
 from __future__ import annotations
@@ -16,20 +17,14 @@ import httpx
 import pytest
 
 from ctxrecover.classify import FailureKind, classify
+from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.summarize.context_editing import context_management_request
-from ctxrecover.transport import (
-    AnthropicSDKSender,
-    ChatRequest,
-    ChatResponse,
-    HttpxSender,
-    OpenAISDKSender,
-    Sender,
-    SendFailed,
-    header_bytes,
-)
+from ctxrecover.transport import ChatRequest, ChatResponse, SendFailed, header_bytes
 from ctxrecover.transport import sdk as senders
 from ctxrecover.wire import Usage, WireFormat, encode_body, render_request
+
+pytestmark = pytest.mark.anyio
 
 BASE_URL = "http://provider.test/api"
 API_KEY = "sk-test-123"
@@ -137,10 +132,8 @@ class Recorder:
         return self._respond(request)
 
 
-def sender_for(fmt: str, model: str, recorder: Recorder) -> HttpxSender:
-    return HttpxSender(
-        fmt, base_url=BASE_URL + "/", model=model, api_key=API_KEY, transport=httpx.MockTransport(recorder)
-    )
+def sender_for(io: Any, fmt: str, model: str, recorder: Recorder) -> Any:
+    return io.httpx(fmt, recorder, base_url=BASE_URL + "/", model=model, api_key=API_KEY)
 
 
 @pytest.mark.parametrize(
@@ -148,7 +141,8 @@ def sender_for(fmt: str, model: str, recorder: Recorder) -> HttpxSender:
     FORMATS,
     ids=[row[0] for row in FORMATS],
 )
-def test_httpx_sender_posts_the_rendered_body_to_the_format_path_with_its_auth(
+async def test_httpx_sender_posts_the_rendered_body_to_the_format_path_with_its_auth(
+    io: Any,
     fmt: str,
     model: str,
     path: str,
@@ -160,10 +154,10 @@ def test_httpx_sender_posts_the_rendered_body_to_the_format_path_with_its_auth(
     usage: Usage,
 ) -> None:
     recorder = Recorder(lambda request: httpx.Response(200, json=answer))
-    with sender_for(fmt, model, recorder) as sender:
-        assert isinstance(sender, Sender)
-        response = sender.send(REQUEST)
-        expected_body = sender.render(REQUEST)
+    sender = sender_for(io, fmt, model, recorder)
+    response = await io.send(sender, REQUEST)
+    expected_body = sender.render(REQUEST)
+    await io.close(sender)
 
     (request,) = recorder.requests
     assert request.method == "POST"
@@ -182,11 +176,11 @@ def test_httpx_sender_posts_the_rendered_body_to_the_format_path_with_its_auth(
     assert response.raw == answer
 
 
-def test_httpx_sender_merges_request_headers_and_extra_body_fields() -> None:
+async def test_httpx_sender_merges_request_headers_and_extra_body_fields(io: Any) -> None:
     headers, extra = context_management_request()
     recorder = Recorder(lambda request: httpx.Response(200, json=FORMATS[2][5]))
-    with sender_for("anthropic", "claude-sonnet-4-5", recorder) as sender:
-        sender.send(ChatRequest(REQUEST.messages, max_tokens=100, headers=headers, extra=extra))
+    sender = sender_for(io, "anthropic", "claude-sonnet-4-5", recorder)
+    await io.send(sender, ChatRequest(REQUEST.messages, max_tokens=100, headers=headers, extra=extra))
 
     (request,) = recorder.requests
     assert request.headers["anthropic-beta"] == "context-management-2025-06-27"
@@ -195,8 +189,8 @@ def test_httpx_sender_merges_request_headers_and_extra_body_fields() -> None:
 
 
 @pytest.mark.parametrize(("fmt", "answer"), [(r[0], r[5]) for r in FORMATS], ids=[r[0] for r in FORMATS])
-def test_httpx_sender_posts_the_encoded_body_byte_for_byte_from_cached_fragments(
-    fmt: str, answer: dict[str, Any]
+async def test_httpx_sender_posts_the_encoded_body_byte_for_byte_from_cached_fragments(
+    io: Any, fmt: str, answer: dict[str, Any]
 ) -> None:
     headers, extra = context_management_request()
     tools = [{"name": "read_file", "input_schema": {"type": "object"}}]
@@ -205,8 +199,8 @@ def test_httpx_sender_posts_the_encoded_body_byte_for_byte_from_cached_fragments
         ChatRequest((*REQUEST.messages, Message.user("and now? é")), headers=headers, extra=extra),
     ]
     recorder = Recorder(lambda request: httpx.Response(200, json=answer))
-    with sender_for(fmt, "m", recorder) as sender:
-        responses = [sender.send(request) for request in requests]
+    sender = sender_for(io, fmt, "m", recorder)
+    responses = [await io.send(sender, request) for request in requests]
 
     for request, sent, response in zip(requests, recorder.requests, responses, strict=True):
         body = render_request(
@@ -222,17 +216,11 @@ def test_httpx_sender_posts_the_encoded_body_byte_for_byte_from_cached_fragments
     assert all(f"wire-bytes:{fmt}" in m._cache for m in requests[1].messages)
 
 
-def test_httpx_sender_without_fragment_cache_posts_the_same_bytes_and_stores_none() -> None:
+async def test_httpx_sender_without_fragment_cache_posts_the_same_bytes_and_stores_none(io: Any) -> None:
     messages = tuple(Message.from_dict(m.to_dict()) for m in REQUEST.messages)  # fresh, uncached
     recorder = Recorder(lambda request: httpx.Response(200, json=FORMATS[0][5]))
-    with HttpxSender(
-        "openai-chat",
-        base_url=BASE_URL,
-        model="gpt-4o",
-        cache_fragments=False,
-        transport=httpx.MockTransport(recorder),
-    ) as sender:
-        sender.send(ChatRequest(messages))
+    sender = io.httpx("openai-chat", recorder, base_url=BASE_URL, model="gpt-4o", cache_fragments=False)
+    await io.send(sender, ChatRequest(messages))
     expected = encode_body(render_request(messages, "openai-chat", model="gpt-4o"))
     assert recorder.requests[0].content == expected
     assert not any(key.startswith("wire-bytes:") for m in messages for key in m._cache)
@@ -257,7 +245,7 @@ class _RecordingHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_httpx_sender_posts_a_long_history_as_chunks_with_its_content_length_over_tcp() -> None:
+async def test_httpx_sender_posts_a_long_history_as_chunks_with_its_content_length_over_tcp(io: Any) -> None:
     history = [Message.system("s"), *(Message.user(f"message {i} é " * 900) for i in range(300))]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RecordingHandler)
     _RecordingHandler.seen = []
@@ -265,12 +253,13 @@ def test_httpx_sender_posts_a_long_history_as_chunks_with_its_content_length_ove
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        with HttpxSender("openai-chat", base_url=url, model="m", headers={"Content-Length": "1"}) as sender:
-            first = ChatRequest(tuple(history))
-            second = ChatRequest((*history, Message.user("one more")))
-            chunks = [sender.render_chunks(first)]
-            responses = [sender.send(first), sender.send(second)]
-            chunks.append(sender.render_chunks(second))
+        sender = io.httpx("openai-chat", base_url=url, model="m", headers={"Content-Length": "1"})
+        first = ChatRequest(tuple(history))
+        second = ChatRequest((*history, Message.user("one more")))
+        chunks = [sender.render_chunks(first)]
+        responses = [await io.send(sender, first), await io.send(sender, second)]
+        chunks.append(sender.render_chunks(second))
+        await io.close(sender)
     finally:
         server.shutdown()
         server.server_close()
@@ -284,13 +273,13 @@ def test_httpx_sender_posts_a_long_history_as_chunks_with_its_content_length_ove
     assert len({id(c) for c in chunks[0]} & {id(c) for c in chunks[1]}) >= len(chunks[0]) - 3
 
 
-def test_truncated_answer_is_parsed_as_truncated() -> None:
+async def test_truncated_answer_is_parsed_as_truncated(io: Any) -> None:
     answer = {
         "choices": [{"message": {"role": "assistant", "content": "def f(): pa"}, "finish_reason": "length"}],
         "usage": {"prompt_tokens": 9, "completion_tokens": 512},
     }
-    with sender_for("openai-chat", "gpt-4o", Recorder(lambda r: httpx.Response(200, json=answer))) as sender:
-        response = sender.send(REQUEST)
+    sender = sender_for(io, "openai-chat", "gpt-4o", Recorder(lambda r: httpx.Response(200, json=answer)))
+    response = await io.send(sender, REQUEST)
     assert (response.truncated, response.stop_reason, response.message.content) == (
         True,
         "length",
@@ -298,18 +287,19 @@ def test_truncated_answer_is_parsed_as_truncated() -> None:
     )
 
 
-def test_4xx_raises_send_failed_with_status_body_headers_and_the_rejected_size() -> None:
+async def test_4xx_raises_send_failed_with_status_body_headers_and_the_rejected_size(io: Any) -> None:
     page = "<html><center><h1>413 Request Entity Too Large</h1></center><hr><center>nginx</center></html>"
     recorder = Recorder(
         lambda request: httpx.Response(
             413, text=page, headers={"content-type": "text/html", "server": "nginx"}
         )
     )
-    with sender_for("openai-chat", "gpt-4o", recorder) as sender, pytest.raises(SendFailed) as info:
-        sender.send(REQUEST)
+    with pytest.raises(SendFailed) as info:
+        await io.send(sender_for(io, "openai-chat", "gpt-4o", recorder), REQUEST)
 
     (request,) = recorder.requests
     error = info.value
+    assert str(error) == "HTTP 413 from http://provider.test/api/v1/chat/completions"
     assert error.status_code == 413
     assert error.body == page
     assert error.headers["server"] == "nginx"
@@ -319,20 +309,20 @@ def test_4xx_raises_send_failed_with_status_body_headers_and_the_rejected_size()
     assert failure.rejected_bytes == len(request.content)
 
 
-def test_a_rejected_send_reports_the_size_of_the_request_head_it_sent() -> None:
+async def test_a_rejected_send_reports_the_size_of_the_request_head_it_sent(io: Any) -> None:
     # SPEC §11: a 431 is diagnosed by the request's header size, so the sender measures it.
     recorder = Recorder(lambda request: httpx.Response(431, text=""))
     cookie = "session=" + "c" * 9_000
-    sender = HttpxSender(
+    sender = io.httpx(
         "openai-chat",
+        recorder,
         base_url="http://provider.test",
         model="gpt-4o",
         api_key="sk-test",
         headers={"cookie": cookie},
-        transport=httpx.MockTransport(recorder),
     )
-    with sender, pytest.raises(SendFailed) as info:
-        sender.send(REQUEST)
+    with pytest.raises(SendFailed) as info:
+        await io.send(sender, REQUEST)
 
     (request,) = recorder.requests
     line = f"POST {request.url.raw_path.decode()} HTTP/1.1\r\n"
@@ -351,15 +341,15 @@ def test_a_rejected_send_reports_the_size_of_the_request_head_it_sent() -> None:
         (httpx.ReadError, 600_000, FailureKind.SUSPECTED_PAYLOAD),
     ],
 )
-def test_transport_error_raises_send_failed_caused_by_the_httpx_error(
-    exc_type: type[httpx.TransportError], history_chars: int, kind: FailureKind
+async def test_transport_error_raises_send_failed_caused_by_the_httpx_error(
+    io: Any, exc_type: type[httpx.TransportError], history_chars: int, kind: FailureKind
 ) -> None:
     def drop(request: httpx.Request) -> httpx.Response:
         raise exc_type("Server disconnected without sending a response.", request=request)
 
     recorder = Recorder(drop)
-    with sender_for("bedrock-converse", "m", recorder) as sender, pytest.raises(SendFailed) as info:
-        sender.send(REQUEST)
+    with pytest.raises(SendFailed) as info:
+        await io.send(sender_for(io, "bedrock-converse", "m", recorder), REQUEST)
 
     error = info.value
     assert isinstance(error.__cause__, exc_type)
@@ -371,12 +361,12 @@ def test_transport_error_raises_send_failed_caused_by_the_httpx_error(
         assert failure.rejected_bytes == error.request_bytes
 
 
-def test_200_with_an_html_block_page_raises_send_failed_read_as_a_waf() -> None:
+async def test_200_with_an_html_block_page_raises_send_failed_read_as_a_waf(io: Any) -> None:
     recorder = Recorder(
         lambda request: httpx.Response(200, text=F5_BLOCK_PAGE, headers={"content-type": "text/html"})
     )
-    with sender_for("openai-chat", "gpt-4o", recorder) as sender, pytest.raises(SendFailed) as info:
-        sender.send(REQUEST)
+    with pytest.raises(SendFailed) as info:
+        await io.send(sender_for(io, "openai-chat", "gpt-4o", recorder), REQUEST)
 
     assert info.value.status_code == 200
     assert info.value.body == F5_BLOCK_PAGE
@@ -384,34 +374,43 @@ def test_200_with_an_html_block_page_raises_send_failed_read_as_a_waf() -> None:
     assert classify(info.value).kind is FailureKind.WAF_REJECTION
 
 
-def test_200_error_object_is_not_taken_for_an_answer() -> None:
+async def test_200_error_object_is_not_taken_for_an_answer(io: Any) -> None:
     recorder = Recorder(lambda request: httpx.Response(200, json={"error": {"message": "overloaded"}}))
-    with sender_for("anthropic", "claude-sonnet-4-5", recorder) as sender, pytest.raises(SendFailed):
-        sender.send(REQUEST)
+    with pytest.raises(SendFailed):
+        await io.send(sender_for(io, "anthropic", "claude-sonnet-4-5", recorder), REQUEST)
 
 
-def test_injected_client_is_used_and_not_closed() -> None:
+async def test_injected_client_is_used_and_not_closed(io: Any) -> None:
     recorder = Recorder(lambda request: httpx.Response(200, json=FORMATS[0][5]))
-    client = httpx.Client(transport=httpx.MockTransport(recorder))
-    with HttpxSender("openai-chat", base_url=BASE_URL, model="gpt-4o", client=client) as sender:
-        sender.send(REQUEST)
+    transport = httpx.MockTransport(recorder)
+    client = httpx.AsyncClient(transport=transport) if io.is_async else httpx.Client(transport=transport)
+    sender = io.httpx("openai-chat", base_url=BASE_URL, model="gpt-4o", client=client)
+    await io.send(sender, REQUEST)
+    await io.close(sender)
     assert not client.is_closed
     assert recorder.requests[0].headers.get("authorization") is None  # no key, no auth header
-    client.close()
+    await io.close(client)
 
 
-def test_request_hooks_of_an_injected_client_can_read_the_body() -> None:
+async def test_request_hooks_of_an_injected_client_can_read_the_body(io: Any) -> None:
     seen: list[bytes] = []
     recorder = Recorder(lambda request: httpx.Response(200, json=FORMATS[0][5]))
-    client = httpx.Client(
-        transport=httpx.MockTransport(recorder),
-        event_hooks={"request": [lambda request: seen.append(request.content)]},
-    )
+    transport = httpx.MockTransport(recorder)
+    if io.is_async:
+
+        async def read_body(request: httpx.Request) -> None:
+            seen.append(request.content)
+
+        client: Any = httpx.AsyncClient(transport=transport, event_hooks={"request": [read_body]})
+    else:
+        client = httpx.Client(
+            transport=transport, event_hooks={"request": [lambda r: seen.append(r.content)]}
+        )
     long_request = ChatRequest(tuple(Message.user(f"message {i} " * 3_000) for i in range(40)))
-    with HttpxSender("openai-chat", base_url=BASE_URL, model="gpt-4o", client=client) as sender:
-        assert len(sender.render_chunks(long_request)) > 1
-        response = sender.send(long_request)
-    client.close()
+    sender = io.httpx("openai-chat", base_url=BASE_URL, model="gpt-4o", client=client)
+    assert len(sender.render_chunks(long_request)) > 1
+    response = await io.send(sender, long_request)
+    await io.close(client)
     assert seen == [encode_body(render_request(long_request.messages, "openai-chat", model="gpt-4o"))]
     assert response.request_bytes == len(seen[0])
 
@@ -471,32 +470,21 @@ class SdkRecorder:
         return httpx2.Response(self.status, json=self.payload)
 
 
-def openai_client(recorder: SdkRecorder) -> Any:
-    openai = pytest.importorskip("openai")
-    return openai.OpenAI(
-        api_key=API_KEY,
-        base_url="http://provider.test/v1",
-        max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(recorder)),
+def sdk_client(io: Any, sdk: str, recorder: SdkRecorder) -> Any:
+    """A real ``openai`` / ``anthropic`` client (async for the async driver) over ``httpx2.MockTransport``."""
+    http_client = (httpx2.AsyncClient if io.is_async else httpx2.Client)(
+        transport=httpx2.MockTransport(recorder)
     )
-
-
-def anthropic_client(recorder: SdkRecorder) -> Any:
-    anthropic = pytest.importorskip("anthropic")
-    return anthropic.Anthropic(
-        api_key=API_KEY,
-        base_url="http://provider.test",
-        max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(recorder)),
-    )
+    base_url = "http://provider.test/v1" if sdk == "openai" else "http://provider.test"
+    return io.client(sdk, api_key=API_KEY, base_url=base_url, http_client=http_client)
 
 
 @requires_httpx2_mock
-def test_openai_sdk_sender_posts_our_body_and_parses_the_completion() -> None:
+async def test_openai_sdk_sender_posts_our_body_and_parses_the_completion(io: Any) -> None:
     recorder = SdkRecorder(200, OPENAI_COMPLETION)
-    sender = OpenAISDKSender(openai_client(recorder), model="gpt-4o")
+    sender = io.sdk("openai", sdk_client(io, "openai", recorder), model="gpt-4o")
 
-    response = sender.send(REQUEST)
+    response = await io.send(sender, REQUEST)
 
     (request,) = recorder.requests
     assert request.url.path == "/v1/chat/completions"
@@ -511,12 +499,14 @@ def test_openai_sdk_sender_posts_our_body_and_parses_the_completion() -> None:
 
 
 @requires_httpx2_mock
-def test_anthropic_sdk_sender_carries_context_management_and_reports_truncation() -> None:
+async def test_anthropic_sdk_sender_carries_context_management_and_reports_truncation(io: Any) -> None:
     recorder = SdkRecorder(200, ANTHROPIC_MESSAGE)
-    sender = AnthropicSDKSender(anthropic_client(recorder), model="claude-test")
+    sender = io.sdk("anthropic", sdk_client(io, "anthropic", recorder), model="claude-test")
     headers, extra = context_management_request()
 
-    response = sender.send(ChatRequest(REQUEST.messages, max_tokens=512, headers=headers, extra=extra))
+    response = await io.send(
+        sender, ChatRequest(REQUEST.messages, max_tokens=512, headers=headers, extra=extra)
+    )
 
     (request,) = recorder.requests
     assert request.url.path == "/v1/messages"
@@ -533,11 +523,10 @@ def test_anthropic_sdk_sender_carries_context_management_and_reports_truncation(
 
 @requires_httpx2_mock
 @pytest.mark.parametrize(
-    ("make_client", "sender_type", "status", "payload", "kind"),
+    ("sdk", "status", "payload", "kind"),
     [
         (
-            openai_client,
-            OpenAISDKSender,
+            "openai",
             400,
             {
                 "error": {
@@ -548,16 +537,9 @@ def test_anthropic_sdk_sender_carries_context_management_and_reports_truncation(
             },
             FailureKind.CONTEXT_OVERFLOW,
         ),
+        ("openai", 413, {"error": {"message": "Request Entity Too Large"}}, FailureKind.PAYLOAD_TOO_LARGE),
         (
-            openai_client,
-            OpenAISDKSender,
-            413,
-            {"error": {"message": "Request Entity Too Large"}},
-            FailureKind.PAYLOAD_TOO_LARGE,
-        ),
-        (
-            anthropic_client,
-            AnthropicSDKSender,
+            "anthropic",
             400,
             {
                 "type": "error",
@@ -569,22 +551,21 @@ def test_anthropic_sdk_sender_carries_context_management_and_reports_truncation(
             FailureKind.CONTEXT_OVERFLOW,
         ),
         (
-            anthropic_client,
-            AnthropicSDKSender,
+            "anthropic",
             401,
             {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}},
             FailureKind.AUTH,
         ),
     ],
 )
-def test_sdk_errors_become_send_failed_with_the_sdk_error_as_cause(
-    make_client: Any, sender_type: type[Any], status: int, payload: dict[str, Any], kind: FailureKind
+async def test_sdk_errors_become_send_failed_with_the_sdk_error_as_cause(
+    io: Any, sdk: str, status: int, payload: dict[str, Any], kind: FailureKind
 ) -> None:
     recorder = SdkRecorder(status, payload)
-    sender = sender_type(make_client(recorder), model="m")
+    sender = io.sdk(sdk, sdk_client(io, sdk, recorder))
 
     with pytest.raises(SendFailed) as info:
-        sender.send(REQUEST)
+        await io.send(sender, REQUEST)
 
     (request,) = recorder.requests  # max_retries=0: the rejected body is not resent
     error = info.value
@@ -598,14 +579,14 @@ def test_sdk_errors_become_send_failed_with_the_sdk_error_as_cause(
 
 @requires_httpx2_mock
 @pytest.mark.parametrize(
-    ("make_client", "sender_type", "payload", "field"),
+    ("sdk", "payload", "field"),
     [
-        (openai_client, OpenAISDKSender, OPENAI_COMPLETION, {"temperature": 0.25}),
-        (anthropic_client, AnthropicSDKSender, ANTHROPIC_MESSAGE, {"stop_sequences": ["\n\nHuman:"]}),
+        ("openai", OPENAI_COMPLETION, {"temperature": 0.25}),
+        ("anthropic", ANTHROPIC_MESSAGE, {"stop_sequences": ["\n\nHuman:"]}),
     ],
 )
-def test_sdk_request_bytes_count_the_fields_the_sdk_adds_drops_or_replaces(
-    make_client: Any, sender_type: type[Any], payload: dict[str, Any], field: dict[str, Any]
+async def test_sdk_request_bytes_count_the_fields_the_sdk_adds_drops_or_replaces(
+    io: Any, sdk: str, payload: dict[str, Any], field: dict[str, Any]
 ) -> None:
     recorder = SdkRecorder(200, payload)
     extra_kwargs = {
@@ -615,38 +596,55 @@ def test_sdk_request_bytes_count_the_fields_the_sdk_adds_drops_or_replaces(
         "extra_headers": {"x-trace": "1"},
         "timeout": 30.0,
     }
-    sender = sender_type(make_client(recorder), model="m", extra_kwargs=extra_kwargs)
+    sender = io.sdk(sdk, sdk_client(io, sdk, recorder), extra_kwargs=extra_kwargs)
     headers, extra = context_management_request()
     request = (
         ChatRequest(REQUEST.messages, max_tokens=512, headers=headers, extra=extra)
-        if sender_type is AnthropicSDKSender
+        if sdk == "anthropic"
         else REQUEST
     )
 
-    response = sender.send(request)
+    response = await io.send(sender, request)
 
     (sent,) = recorder.requests
     assert json.loads(sent.content)["max_tokens"] == 77
     assert response.request_bytes == len(sent.content)
 
 
-def test_sdk_request_bytes_never_encode_the_history(monkeypatch: pytest.MonkeyPatch) -> None:
-    encoded: list[Any] = []
-    real_encode = senders.encode_body
-    monkeypatch.setattr(senders, "encode_body", lambda value: encoded.append(value) or real_encode(value))
-    sent: list[dict[str, Any]] = []
+def fake_openai_client(io: Any, create: Any) -> Any:
+    """An object with the SDK's ``chat.completions.create`` path calling ``create`` (awaited when async)."""
 
     class Completions:
-        def create(self, **kwargs: Any) -> Any:
-            sent.append(kwargs)
-            return OPENAI_COMPLETION
+        if io.is_async:
+
+            async def create(self, **kwargs: Any) -> Any:
+                return create(**kwargs)
+
+        else:
+
+            def create(self, **kwargs: Any) -> Any:
+                return create(**kwargs)
 
     class Client:
         class chat:  # noqa: N801 - mirrors the SDK's attribute path
             completions = Completions()
 
+    return Client()
+
+
+async def test_sdk_request_bytes_never_encode_the_history(io: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    encoded: list[Any] = []
+    real_encode = senders.encode_body
+    monkeypatch.setattr(senders, "encode_body", lambda value: encoded.append(value) or real_encode(value))
+    sent: list[dict[str, Any]] = []
+
+    def create(**kwargs: Any) -> Any:
+        sent.append(kwargs)
+        return OPENAI_COMPLETION
+
     extra_kwargs = {"temperature": 0, "max_tokens": 9, "extra_body": {"seed": 3}, "timeout": 5}
-    response = OpenAISDKSender(Client(), model="gpt-4o", extra_kwargs=extra_kwargs).send(REQUEST)
+    sender = io.sdk("openai", fake_openai_client(io, create), model="gpt-4o", extra_kwargs=extra_kwargs)
+    response = await io.send(sender, REQUEST)
 
     (kwargs,) = sent
     wire = {k: v for k, v in kwargs.items() if k not in ("extra_body", "timeout")} | kwargs["extra_body"]
@@ -654,17 +652,44 @@ def test_sdk_request_bytes_never_encode_the_history(monkeypatch: pytest.MonkeyPa
     assert encoded and not any("messages" in value for value in encoded)
 
 
-def test_sdk_adapter_lets_programming_errors_through() -> None:
-    from ctxrecover.transport import OpenAISDKSender
+async def test_sdk_adapter_lets_programming_errors_through(io: Any) -> None:
+    def create(**kwargs: Any) -> Any:
+        raise TypeError("create() got an unexpected keyword argument 'temperature'")
 
-    class Completions:
-        def create(self, **kwargs: Any) -> Any:
-            raise TypeError("create() got an unexpected keyword argument 'temperature'")
-
-    class Client:
-        class chat:  # noqa: N801 - mirrors the SDK's attribute path
-            completions = Completions()
-
-    sender = OpenAISDKSender(Client(), model="gpt-4o")
+    sender = io.sdk("openai", fake_openai_client(io, create), model="gpt-4o")
     with pytest.raises(TypeError, match="unexpected keyword"):
-        sender.send(ChatRequest((Message.user("hi"),)))
+        await io.send(sender, ChatRequest((Message.user("hi"),)))
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"id": "chatcmpl-1", "object": "chat.completion", "choices": []},
+        {"error": {"message": "upstream overloaded", "type": "server_error"}},
+    ],
+    ids=["no-choices", "error-object"],
+)
+async def test_an_sdk_answer_that_is_not_an_answer_raises_send_failed_with_its_document(
+    io: Any, answer: dict[str, Any]
+) -> None:
+    sender = io.sdk("openai", fake_openai_client(io, lambda **kwargs: answer), model="gpt-4o")
+    with pytest.raises(SendFailed) as info:
+        await io.send(sender, REQUEST)
+    assert json.loads(info.value.body or "") == answer
+    assert isinstance(info.value.__cause__, ValueError)
+    assert str(info.value).startswith("unparseable openai-chat response from the ")
+
+
+async def test_a_client_of_the_other_kind_is_the_callers_error_raised_as_itself(io: Any) -> None:
+    other = type(io)(is_async=not io.is_async)
+    sender = io.sdk("openai", fake_openai_client(other, lambda **kwargs: OPENAI_COMPLETION), model="gpt-4o")
+    if io.is_async:  # a sync client's answer cannot be awaited: Python's own TypeError
+        with pytest.raises(TypeError, match="can't be used in 'await' expression"):
+            await io.send(sender, REQUEST)
+    else:
+        with pytest.raises(ConfigError) as info:
+            await io.send(sender, REQUEST)
+        assert str(info.value) == (
+            "OpenAISDKSender: the client's create() returned a coroutine, neither an answer nor a stream; "
+            "give the sync senders a sync client and the Async… senders an async one"
+        )

@@ -20,7 +20,7 @@ from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import Policy
 from ctxrecover.session import AsyncSession, Session
 from ctxrecover.summarize import CancelToken, SummaryResult
-from ctxrecover.transport import ChatRequest, ChatResponse, HttpxSender
+from ctxrecover.transport import AsyncHttpxSender, HttpxSender
 
 Reply = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
 
@@ -173,7 +173,9 @@ def _transport(script: Script, run: Run) -> httpx.MockTransport:
         step = replies.pop(0) if len(replies) > 1 else replies[0]
         if isinstance(step, Exception):
             raise step
-        return step(request) if callable(step) else step
+        reply = step(request) if callable(step) else step
+        # a fresh response each time: the scripts are shared by both runs, and a response is read once
+        return httpx.Response(reply.status_code, headers=reply.headers, content=reply.content)
 
     return httpx.MockTransport(handler)
 
@@ -188,18 +190,6 @@ def _options(script: Script, run: Run, archive: MemoryArchive) -> dict[str, Any]
         "on_event": on_event,
         "summarizer": Summaries() if script.summarizer else None,
     }
-
-
-class AsyncOverSync:
-    """A sender whose ``send`` is a coroutine (as ``AsyncHttpxSender``'s), over the same transport."""
-
-    def __init__(self, sender: HttpxSender) -> None:
-        self.sender = sender
-        self.wire_format = sender.wire_format
-        self.model = sender.model
-
-    async def send(self, request: ChatRequest) -> ChatResponse:
-        return self.sender.send(request)
 
 
 def _sender(script: Script, run: Run) -> HttpxSender:
@@ -226,7 +216,13 @@ def run_async(script: Script) -> tuple[Run, Session | AsyncSession, MemoryArchiv
     async def sleep(seconds: float) -> None:
         run.sleeps.append(seconds)
 
-    session = AsyncSession(AsyncOverSync(_sender(script, run)), sleep=sleep, **_options(script, run, archive))
+    sender = AsyncHttpxSender(
+        script.wire_format,
+        base_url="http://provider.test",
+        model=script.model,
+        transport=_transport(script, run),
+    )
+    session = AsyncSession(sender, sleep=sleep, **_options(script, run, archive))
 
     async def conversation() -> None:
         for turn in script.turns:

@@ -74,6 +74,10 @@ def test_openai_chat_stream_reassembles_to_the_plain_reply_and_ends_with_done() 
     assert max(len(d.get("content") or "") for d in deltas) == DELTA_CHARS
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == plain["usage"]
+    # as on the real API: asked for usage, every chunk has the field, null until the usage chunk;
+    # the completion and its chunks carry the same system fingerprint
+    assert [chunk["usage"] for chunk in chunks[:-1]] == [None] * (len(chunks) - 1)
+    assert {chunk["system_fingerprint"] for chunk in chunks} == {plain["system_fingerprint"]} == {"fp_ctxsim"}
 
 
 def test_openai_chat_stream_has_no_usage_chunk_unless_asked() -> None:
