@@ -392,6 +392,11 @@ def bad_scenario(tmp_path: Path) -> Path:
         (["run", "--policy", "keep_recent=lots"], "--policy field keep_recent: expected an integer"),
         (["classify", "/nonexistent/body.txt"], "/nonexistent/body.txt: cannot read"),
         (
+            ["classify", "bundled:404-nowhere"],
+            "bundled:404-nowhere: no bundled page named '404-nowhere'; `ctxsim classify --list-pages` lists "
+            "them (e.g. bundled:403-akamai)",
+        ),
+        (
             ["run", "--scenarios", "rate-limit-429", "--transcripts", "chat-50k", "--out", "{bad}"],
             "broken.jsonl: cannot write the run directory",
         ),
@@ -449,6 +454,25 @@ def test_classify_reads_a_file_with_status_and_headers(capsys: pytest.CaptureFix
     assert fields["kind"].strip() == "waf_rejection"
     assert fields["recoverable"].strip() == "yes" and fields["rejected bytes"].strip() == "262144"
     assert list(fields)[:4] == ["kind", "reason", "reason text", "provider"] and "evidence" in fields
+
+
+def test_classify_lists_the_bundled_pages_by_the_names_it_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "classify", "--list-pages")
+
+    assert code == 0
+    assert out.splitlines() == [f"bundled:{path.stem}" for path in sorted(PAGES.iterdir())]
+    assert "bundled:403-cloudflare" in out.splitlines()
+
+
+def test_classify_reads_a_bundled_page_by_name_as_it_reads_its_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    options = ("--status", "403", "--header", "content-type:text/html", "--json")
+    by_name = run_cli(capsys, "classify", "bundled:403-cloudflare", *options)
+    by_path = run_cli(capsys, "classify", str(PAGES / "403-cloudflare.html"), *options)
+
+    assert by_name == by_path and by_name[0] == 0
+    assert json.loads(by_name[1])["kind"] == "waf_rejection"
 
 
 def test_classify_reads_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
