@@ -146,7 +146,18 @@ def test_faults_change_on_a_running_proxy_through_ctxsim_fault(
         (["proxy", "--listen", "0.0.0.0:8080"], "LoopbackServer binds loopback addresses only"),
         (
             ["proxy", "--listen", "127.0.0.1:{busy}"],
-            "cannot listen: LoopbackServer could not start on 127.0.0.1:{busy}",
+            "--listen 127.0.0.1:{busy}: cannot listen there: the port is in use (another program, or another "
+            "ctxsim proxy, holds it); give --listen another port (0: any free port)",
+        ),
+        (
+            ["proxy", "--admin", "127.0.0.1:{busy}"],
+            "--admin 127.0.0.1:{busy}: cannot listen there: the port is in use (another program, or another "
+            "ctxsim proxy, holds it); give --admin another port (0: any free port)",
+        ),
+        (
+            ["proxy", "--listen", "127.0.0.1:{dead}", "--admin", "localhost:{dead}"],
+            "--admin localhost:{dead}: that is the --listen address; the admin API needs a port of its own, "
+            "e.g. --admin localhost:0 (any free port)",
         ),
         (["proxy", "--scenario", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
         (
