@@ -187,6 +187,36 @@ def test_bad_input_is_one_error_line_never_a_traceback(
     assert "Traceback" not in err
 
 
+def test_a_duplicate_fault_add_names_the_cli_s_own_way_to_replace_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    box = Middlebox(MockProvider("anthropic", context_window=10_000), [])
+    with LoopbackServer(box, admin_port=0) as server:
+        admin = server.admin_url.removeprefix("http://")
+        assert main(["fault", "add", "cap", "body-cap:128KB:nginx", "--admin", admin]) == 0
+        capsys.readouterr()
+        duplicate = main(["fault", "add", "cap", "body-cap:1MB:nginx", "--toxicity", "0.5", "--admin", admin])
+        duplicate_err = capsys.readouterr().err
+        replaced = main(
+            ["fault", "add", "cap", "body-cap:1MB:nginx", "--toxicity", "0.5", "--replace", "--admin", admin]
+        )
+        replaced_out = capsys.readouterr().out
+        missing = main(["fault", "add", "gone", "latency:0.1", "--replace", "--admin", admin])
+        missing_err = capsys.readouterr().err
+    assert (duplicate, replaced, missing) == (2, 0, 2)
+    assert duplicate_err == (
+        "ctxsim: error: a fault named 'cap' already exists on the proxy; replace it in place with "
+        f"`ctxsim fault add cap body-cap:1MB:nginx --replace --toxicity 0.5 --admin {admin}`, or remove it "
+        f"first with `ctxsim fault remove cap --admin {admin}`\n"
+    )
+    assert replaced_out == "replaced cap: body-cap:1048576B:probability=0.5\n"
+    assert missing_err == (
+        "ctxsim: error: no fault named 'gone' to replace on the proxy "
+        f"(`ctxsim fault list --admin {admin}` lists them); add it with "
+        f"`ctxsim fault add gone latency:0.1 --admin {admin}`\n"
+    )
+
+
 def test_the_admin_api_refusal_reaches_the_command_line(
     capsys: pytest.CaptureFixture[str], running: list[Running]
 ) -> None:
