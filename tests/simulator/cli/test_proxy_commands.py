@@ -399,3 +399,30 @@ def test_sigterm_stops_the_proxy_with_its_summary_and_exit_code_0(
     assert proxy_process.returncode == 0
     assert out.splitlines()[-1] == "served 1 request(s)"
     assert "stopping (SIGTERM)" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error"),
+    [
+        (
+            ["--min", "16MB", "--max", "1KB"],
+            "--min 16.0 MB must be smaller than --max 1.0 KB: --min is a size the gateway lets through, "
+            "--max one it refuses",
+        ),
+        (["--min", "4KB", "--max", "4KB"], "--min 4.0 KB must be smaller than --max 4.0 KB"),
+        (
+            ["--min", "1KB", "--max", "2KB", "--resolution", "4KB"],
+            "--resolution 4.0 KB must be smaller than --max − --min (1.0 KB): there is nothing to bisect",
+        ),
+    ],
+)
+def test_probe_refuses_an_empty_range_before_it_prints_a_plan_or_sends(
+    capsys: pytest.CaptureFixture[str], sizes: list[str], error: str
+) -> None:
+    box = Middlebox(MockProvider("openai-chat", context_window=10_000_000), [])
+    with LoopbackServer(box) as gateway:
+        code = main(["probe", gateway.base_url, *sizes])
+        served = gateway.served
+    captured = capsys.readouterr()
+    assert (code, captured.out, served) == (2, "", 0)
+    assert captured.err.startswith(f"ctxsim: error: {error}") and captured.err.count("\n") == 1
