@@ -497,6 +497,34 @@ def test_generate_writes_a_loadable_transcript(capsys: pytest.CaptureFixture[str
     assert out.startswith(f"wrote {path}: {len(transcript.messages)} messages") and transcript.sha256 in out
 
 
+def test_generate_turns_are_the_turns_a_replay_runs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "session.jsonl"
+
+    code, out, _ = run_cli(capsys, "generate", "--seed", "7", "--turns", "20", "--out", str(path))
+
+    transcript = load_transcript(path)
+    result = replay(path, "rate-limit-429")
+    assert code == 0 and result.turns == 20
+    tasks = transcript.metadata["turns"]
+    assert out.startswith(
+        f"wrote {path}: {len(transcript.messages)} messages in 20 turns ({tasks} user tasks), "
+    )
+
+
+def test_generate_help_says_what_a_turn_is(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run_cli(capsys, "generate", "--help")
+
+    assert (
+        " ".join(out.split()).count(
+            "a turn is one assistant reply — one request to the provider, one session.complete(), what "
+            "`ctxsim replay` counts; a user task with its tool steps and answer spans several turns"
+        )
+        == 1
+    )
+
+
 # -- proxy -----------------------------------------------------------------------------------------------
 
 
