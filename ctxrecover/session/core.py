@@ -50,6 +50,13 @@ ARCHIVE_REFUSED_NOTICE = (
     "⚠ CCR archive refused to store what this turn would cut — that cut was not made, nothing is lost: %s"
 )
 ARCHIVE_PINS_NOTICE = "⚠ CCR archive could not record which entries this session still uses (will retry): %s"
+# Issue 25: once, when live histories hold PRESSURE_WARN_FRACTION of the cap (ArchivePressure.notice_fields).
+ARCHIVE_PRESSURE_CODE = "archive_pressure"
+ARCHIVE_PRESSURE_NOTICE = (
+    "⚠ CCR archive %(path)s is %(percent)d%% full of entries live histories still reach (%(held)s of "
+    "max_bytes %(max_bytes)s): this session holds %(session)s, other sessions %(others)s — once it is full, "
+    "a turn that must cut stops with ArchiveFullError; %(advice)s"
+)
 
 
 class Session:
@@ -107,6 +114,9 @@ class Session:
             archive if archive is not None else MemoryArchive(),
             on_error=self._archive_failed,
             on_archived=lambda source, chars: self.stats.count_archived(source, chars),
+            on_pressure=lambda p: self.events.notice(
+                ARCHIVE_PRESSURE_CODE, ARCHIVE_PRESSURE_NOTICE % p.notice_fields()
+            ),
         )
         self.mode: Mode = mode
         self.wire_format = WireFormat(getattr(sender, "wire_format", WireFormat.OPENAI_CHAT))
