@@ -4,6 +4,7 @@ from ctxrecover.archive.disk import ArchiveStats, DiskArchive
 from ctxrecover.archive.keys import KEY_LENGTH, MARKER_RE, archive_key, extract_keys, has_marker, marker
 from ctxrecover.archive.live import SessionArchive, message_keys
 from ctxrecover.archive.lookup import RECALL_JSON_FIELDS, RecallResult, parse_recall_keys, recall
+from ctxrecover.archive.pressure import PRESSURE_WARN_FRACTION, ArchiveHolder, ArchivePressure
 from ctxrecover.archive.ranges import (
     RANGE_HEADER,
     UNKNOWN_KEY_TEXT,
@@ -20,12 +21,15 @@ from ctxrecover.archive.store import DEFAULT_NAMESPACE, Archive, MemoryArchive, 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "Archive",
+    "ArchiveHolder",
+    "ArchivePressure",
     "ArchiveStats",
     "DiskArchive",
     "KEY_LENGTH",
     "MARKER_RE",
     "MemoryArchive",
     "PinningArchive",
+    "PRESSURE_WARN_FRACTION",
     "RANGE_HEADER",
     "RECALL_JSON_FIELDS",
     "RECALL_TOOL_NAME",

@@ -10,7 +10,8 @@ Guarantees:
   other entries (a range's members, the transcript a summary points to) are held
   too. The size cap, LRU and TTL take only unheld entries. A put that cannot fit
   otherwise raises :class:`~ctxrecover.errors.ArchiveFullError` and stores
-  nothing, before anything is cut.
+  nothing, before anything is cut; its message says which sessions hold what and
+  the exact step that makes room (:meth:`DiskArchive.pressure` reports it any time).
 - **Namespaces**: each handle reads and writes one namespace of the file
   (``namespace=``, :meth:`DiskArchive.view`). Entries are stored per namespace —
   never deduplicated across them — so one namespace can neither read another's
@@ -30,6 +31,7 @@ Guarantees:
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ from types import TracebackType
 from ctxrecover.archive import entries
 from ctxrecover.archive.entries import TEXT_ENCODING
 from ctxrecover.archive.keys import MARKER_RE, archive_key, extract_keys, has_marker
+from ctxrecover.archive.pressure import ArchivePressure, suggested_max_bytes
 from ctxrecover.archive.sqlite_file import ArchiveFile, Transaction
 from ctxrecover.archive.store import DEFAULT_NAMESPACE, check_namespace
 from ctxrecover.errors import (
@@ -57,9 +60,15 @@ ENTRY_CAP_DIVISOR = 4  # per-entry cap = max_bytes // 4
 DEFAULT_TTL_SECONDS = 168 * 3600.0
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 MIN_MAX_BYTES = ENTRY_CAP_DIVISOR
-FULL_ADVICE = (
-    "open the archive with a larger max_bytes, or release sessions you will not resume (DiskArchive.release)"
-)
+
+
+class _Refused(Exception):
+    """Inside a write transaction: ``needed`` bytes do not fit without evicting held entries (the
+    transaction rolls back; the caller raises :class:`ArchiveFullError` with a fresh report)."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(needed)
+        self.needed = needed
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +252,10 @@ class DiskArchive:
             self._evict_or_refuse(t, needed)
             return tuple(copied)
 
-        return self._use().write(copy)
+        try:
+            return self._use().write(copy)
+        except _Refused as refused:
+            raise self._full_error(refused.needed, None) from None
 
     # -- what live histories hold ---------------------------------------------------------
 
@@ -305,6 +317,19 @@ class DiskArchive:
         """Drop every pin of ``owner`` (a session that will not be resumed): its entries become evictable."""
         self._use().write(lambda t: entries.reset_owner(t, self.namespace, owner, ()), durable=False)
 
+    def pressure(self, owner: str | None = None) -> ArchivePressure:
+        """What live histories hold in the whole file, by owner, and what frees room (``owner`` is the
+        session asking, in this handle's namespace). Walks every held entry: for reports, not per turn."""
+        reach, total = self._use().read(lambda conn: (entries.reach(conn), _total_bytes(conn)))
+        return ArchivePressure.from_reach(
+            reach,
+            path=str(self.path),
+            max_bytes=self.max_bytes,
+            total_bytes=total,
+            owner=owner,
+            namespace=self.namespace,
+        )
+
     # -- the rest ---------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -324,10 +349,7 @@ class DiskArchive:
     @property
     def total_bytes(self) -> int:
         """Content bytes in the whole file (every namespace): what ``max_bytes`` bounds."""
-        row = self._use().read(
-            lambda conn: conn.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()
-        )
-        return int(row[0])
+        return self._use().read(_total_bytes)
 
     def verify(self) -> list[str]:
         """Every problem in the file (SQLite's integrity check, bookkeeping, entries not matching
@@ -367,11 +389,13 @@ class DiskArchive:
         encoded = [(key, content, content.encode(*TEXT_ENCODING)) for key, content in items]
         for _, _, data in encoded:
             if len(data) > self.max_entry_bytes:
+                cap = suggested_max_bytes(len(data) * ENTRY_CAP_DIVISOR, self.max_bytes)
                 raise self._full(
                     len(data),
                     f"the per-entry cap is {format_payload_size(self.max_entry_bytes)} "
-                    f"({self.max_entry_bytes} "
-                    f"bytes, max_bytes // {ENTRY_CAP_DIVISOR}) — open the archive with a larger max_bytes",
+                    f"({self.max_entry_bytes} bytes, max_bytes // {ENTRY_CAP_DIVISOR}) — open the archive "
+                    f"with a larger max_bytes: DiskArchive({str(self.path)!r}, max_bytes={cap}) "
+                    f"({format_payload_size(cap)})",
                     pinned=0,
                 )
 
@@ -384,19 +408,25 @@ class DiskArchive:
                 entries.pin_fresh(t, self.namespace, owner, (key for key, _, _ in encoded))
             self._evict_or_refuse(t, needed)
 
-        self._use().write(store)
+        try:
+            self._use().write(store)
+        except _Refused as refused:
+            raise self._full_error(refused.needed, owner) from None
 
     def _evict_or_refuse(self, t: Transaction, needed: int) -> None:
         if not entries.evict(t, self.max_bytes):
-            held = t.bytes - needed - entries.evictable_bytes(t)
-            raise self._full(
-                needed,
-                f"it would not fit under max_bytes ({format_payload_size(self.max_bytes)}) without evicting "
-                f"entries a live history still reaches ({format_payload_size(held)} held) — "
-                f"nothing was stored "
-                f"and nothing was cut; {FULL_ADVICE}",
-                pinned=held,
-            )
+            raise _Refused(needed)
+
+    def _full_error(self, needed: int, owner: str | None) -> ArchiveFullError:
+        """The refusal of ``needed`` bytes, read after the rollback: who holds what, what frees room."""
+        report = self.pressure(owner)
+        return self._full(
+            needed,
+            f"it would not fit under max_bytes ({format_payload_size(self.max_bytes)}) without evicting "
+            f"entries a live history still reaches ({format_payload_size(report.held_bytes)} held: "
+            f"{report.holders_text()}) — nothing was stored and nothing was cut; {report.advice(needed)}",
+            pinned=report.held_bytes,
+        )
 
     def _full(self, needed: int, reason: str, *, pinned: int) -> ArchiveFullError:
         return ArchiveFullError(
@@ -428,6 +458,10 @@ class DiskArchive:
                 key=key,
             )
         return text
+
+
+def _total_bytes(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT value FROM meta WHERE name = 'bytes'").fetchone()[0])
 
 
 def _is_key(key: object) -> bool:

@@ -173,13 +173,16 @@ def apply_touches(t: Transaction, touched: Mapping[tuple[str, str], float]) -> N
     )
 
 
-def evictable_bytes(t: Transaction) -> int:
-    """Bytes eviction could free in this transaction (unheld entries written before it)."""
-    return int(
-        t.conn.execute(
-            "SELECT COALESCE(SUM(size), 0) FROM entries WHERE holds = 0 AND access_seq <= ?", (t.seq_start,)
-        ).fetchone()[0]
-    )
+def reach(conn: sqlite3.Connection) -> list[tuple[str, str, str, int]]:
+    """``(namespace, owner, key, size)`` of every entry each owner reaches from its pins (live or
+    fresh), directly or through links: what no eviction can take, by who holds it."""
+    return conn.execute(
+        "WITH RECURSIVE reached (ns, owner, key) AS ("
+        " SELECT ns, owner, key FROM pins"
+        " UNION SELECT r.ns, r.owner, l.child FROM reached r"
+        " JOIN links l ON l.ns = r.ns AND l.parent = r.key)"
+        " SELECT r.ns, r.owner, r.key, e.size FROM reached r JOIN entries e ON e.ns = r.ns AND e.key = r.key"
+    ).fetchall()
 
 
 # -- pins --------------------------------------------------------------------------------------

@@ -20,7 +20,11 @@ next ``track`` (the new history pins what it keeps). Stores that evict nothing
 (:class:`~ctxrecover.archive.MemoryArchive`) are used as they are, untracked.
 A write the store refuses is passed to ``on_error`` and re-raised; a pin
 change the store could not record is reported once and retried with the next
-change (never raised: the session stays usable while its disk is full).
+change (never raised: the session stays usable while its disk is full). Once what
+live histories hold passes :data:`~ctxrecover.archive.pressure.PRESSURE_WARN_FRACTION`
+of a capped store's ``max_bytes`` (a store with ``pressure()``, like
+:class:`~ctxrecover.archive.DiskArchive`), ``on_pressure`` hears it, once, with the
+:class:`~ctxrecover.archive.ArchivePressure` report: who holds what, what frees room.
 
 Writes made inside :meth:`SessionArchive.attributed` are counted for their
 source: ``on_archived(source, chars)`` hears of each content the session had
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from ctxrecover.archive.keys import archive_key, extract_keys, has_marker
+from ctxrecover.archive.pressure import PRESSURE_WARN_FRACTION, ArchivePressure
 from ctxrecover.archive.store import Archive, PinningArchive, put_entries
 from ctxrecover.errors import ArchiveError
 
@@ -47,6 +52,9 @@ __all__ = ["ListDelta", "SessionArchive", "list_delta", "message_keys"]
 
 _T = TypeVar("_T")
 MAX_REPLACED = 64  # beyond this many replaced positions a change counts as a rewrite from the first
+# Past the warning line, the full pressure report (a walk of every held entry) is read again only
+# after this share of max_bytes was written since the last one: the per-write check stays one counter.
+PRESSURE_RECHECK_SHARE = 0.01
 _KEYS_CACHE = "archive:keys"  # msg._cache entry: the keys the message refers to
 Stage = Literal["put", "pin"]
 
@@ -144,7 +152,8 @@ class SessionArchive:
     ``owner`` names the session in the store (a fresh random id by default; a
     resumed session :meth:`adopt` s its saved one). ``on_error(exc, stage)`` is
     told about every :class:`~ctxrecover.errors.ArchiveError` on a write
-    (``"put"``, then re-raised) or a pin change (``"pin"``, retried later).
+    (``"put"``, then re-raised) or a pin change (``"pin"``, retried later);
+    ``on_pressure(report)`` once, when live histories hold the warning share of the cap.
     """
 
     def __init__(
@@ -154,6 +163,7 @@ class SessionArchive:
         owner: str | None = None,
         on_error: Callable[[ArchiveError, Stage], object] | None = None,
         on_archived: Callable[[str, int], object] | None = None,
+        on_pressure: Callable[[ArchivePressure], object] | None = None,
     ) -> None:
         self.store: Archive = store.store if isinstance(store, SessionArchive) else store
         self.owner = owner or uuid.uuid4().hex
@@ -163,6 +173,9 @@ class SessionArchive:
         self._put_keyed_owner = self.pinning and _takes_owner(getattr(self.store, "put_keyed", None))
         self._on_error = on_error
         self._on_archived = on_archived
+        self._on_pressure = on_pressure
+        self._pressure_told = False
+        self._written_since_report: int | None = None  # None: no report read yet
         self._source: str | None = None
         self._counted: set[str] = set()  # keys already counted for a source
         self._lists: dict[str, _Tracked] = {}
@@ -179,9 +192,9 @@ class SessionArchive:
         if self._journal is not None:
             self._note_new((archive_key(content),))
         if self._put_owner:
-            key = self._write(lambda: self.store.put(content, owner=self.owner))  # type: ignore[call-arg]
+            key = self._write(lambda: self.store.put(content, owner=self.owner), len(content))  # type: ignore[call-arg]
         else:
-            key = self._write(lambda: self.store.put(content))
+            key = self._write(lambda: self.store.put(content), len(content))
         self._counted_write(((key, content),))
         return key
 
@@ -189,10 +202,11 @@ class SessionArchive:
         """Store pre-keyed entries in one step (see :func:`~ctxrecover.archive.put_entries`)."""
         if self._journal is not None:
             self._note_new(key for key, _ in entries)
+        written = sum(len(content) for _, content in entries)
         if self._put_keyed_owner:
-            self._write(lambda: self.store.put_keyed(entries, owner=self.owner))  # type: ignore[attr-defined]
+            self._write(lambda: self.store.put_keyed(entries, owner=self.owner), written)  # type: ignore[attr-defined]
         else:
-            self._write(lambda: put_entries(self.store, entries))
+            self._write(lambda: put_entries(self.store, entries), written)
         self._counted_write(entries)
 
     @contextmanager
@@ -300,13 +314,37 @@ class SessionArchive:
         if fresh:
             self._on_archived(self._source, fresh)
 
-    def _write(self, action: Callable[[], _T]) -> _T:
+    def _write(self, action: Callable[[], _T], written: int) -> _T:
         self._stored_since_pin = True
         try:
-            return action()
+            result = action()
         except ArchiveError as exc:
             self._report(exc, "put")
             raise
+        self._check_pressure(written)
+        return result
+
+    def _check_pressure(self, written: int) -> None:
+        """After a write: tell ``on_pressure`` (once) when live histories hold the warning share."""
+        pressure = getattr(self.store, "pressure", None)
+        max_bytes = getattr(self.store, "max_bytes", None)
+        if self._on_pressure is None or self._pressure_told or pressure is None or not max_bytes:
+            return
+        line = PRESSURE_WARN_FRACTION * max_bytes
+        since = self._written_since_report
+        self._written_since_report = None if since is None else since + written
+        if since is not None and since + written < PRESSURE_RECHECK_SHARE * max_bytes:
+            return
+        try:
+            if self.store.total_bytes < line:  # type: ignore[attr-defined]
+                return  # what is held is at most what is stored: one counter read
+            report: ArchivePressure = pressure(self.owner)
+        except ArchiveError:
+            return  # advisory only: the next write looks again
+        self._written_since_report = 0
+        if report.held_bytes >= line:
+            self._pressure_told = True
+            self._on_pressure(report)
 
     def _count(self, key: str, delta: int) -> None:
         count = self._counts.get(key, 0) + delta

@@ -13,15 +13,23 @@ requests, so a turn costs the messages that changed; with
 ``incremental=False`` it runs the full passes over the whole history, the
 reference the incremental path is tested against. Both give the same
 histories, requests, sizes and reports.
+
+The three history passes are housekeeping: a fold the archive refuses to store
+(:data:`REFUSED_WRITES`: full, or not writable now) is simply not made — the history
+keeps the content whole, nothing is lost — and the refusal reaches the archive's
+``on_error`` (a :class:`~ctxrecover.archive.SessionArchive` counts and announces it).
+Only a cut the request needs (compaction, recovery, the tool-result budget on the
+outgoing copy) ends a turn when the archive has no room.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ctxrecover.archive import Archive
+from ctxrecover.errors import ArchiveFullError, ArchiveWriteError
 from ctxrecover.messages import Message
 from ctxrecover.passes.dedup_reads import dedup_repeated_reads, dedup_step
 from ctxrecover.passes.floor import SkillAgingReport, age_skill_blocks, age_skills_step
@@ -34,7 +42,12 @@ from ctxrecover.sizes import WeightTotals, total_weight
 from ctxrecover.wire.formats import WireFormat
 from ctxrecover.wire.size import request_size
 
-__all__ = ["TurnPasses"]
+__all__ = ["REFUSED_WRITES", "TurnPasses"]
+
+_T = TypeVar("_T")
+# Archive refusals a housekeeping pass survives by not folding (issue 25): the store has no room or
+# cannot be written now. Integrity and corruption errors are not among them: they still raise.
+REFUSED_WRITES: tuple[type[Exception], ...] = (ArchiveFullError, ArchiveWriteError)
 
 
 class TurnPasses:
@@ -87,37 +100,54 @@ class TurnPasses:
             "min_content": policy.microcompact_min_content,
         }
 
+    def _housekeeping(self, source: str, run: Callable[[], _T], unchanged: _T) -> _T:
+        """``run()`` with its writes counted for ``source``; ``unchanged`` when the archive refuses one."""
+        try:
+            with self._attributed(source):
+                return run()
+        except REFUSED_WRITES:
+            return unchanged
+
     def microcompact(self, history: list[Message]) -> tuple[list[Message], MicrocompactReport]:
-        """SPEC §3.3 on the history."""
-        with self._attributed("microcompact"):
+        """SPEC §3.3 on the history (unchanged when the archive refuses a fold)."""
+
+        def run() -> tuple[list[Message], MicrocompactReport]:
             if not self.incremental:
                 return apply_microcompact(history, archive=self.archive, **self._micro_options())
             with self._stepping():
-                history, report, self._state = microcompact_step(
+                folded, report, self._state = microcompact_step(
                     history, self._state, archive=self.archive, **self._micro_options()
                 )
-        return history, report
+            return folded, report
+
+        return self._housekeeping("microcompact", run, (history, MicrocompactReport()))
 
     def dedup(self, history: list[Message]) -> list[Message]:
-        """SPEC §3.4 on the history."""
-        with self._attributed("dedup"):
+        """SPEC §3.4 on the history (unchanged when the archive refuses a fold)."""
+
+        def run() -> list[Message]:
             if not self.incremental:
                 return dedup_repeated_reads(history, archive=self.archive)[0]
             with self._stepping():
-                history, _, self._state = dedup_step(history, self._state, archive=self.archive)
-        return history
+                deduped, _, self._state = dedup_step(history, self._state, archive=self.archive)
+            return deduped
+
+        return self._housekeeping("dedup", run, history)
 
     def age_skills(self, history: list[Message]) -> tuple[list[Message], SkillAgingReport]:
-        """SPEC §3.5's skill aging on the history."""
+        """SPEC §3.5's skill aging on the history (unchanged when the archive refuses a fold)."""
         age_turns = self.policy.skill_age_turns
-        with self._attributed("skills"):
+
+        def run() -> tuple[list[Message], SkillAgingReport]:
             if not self.incremental:
                 return age_skill_blocks(history, archive=self.archive, age_turns=age_turns)
             with self._stepping():
-                history, report, self._state = age_skills_step(
+                aged, report, self._state = age_skills_step(
                     history, self._state, archive=self.archive, age_turns=age_turns
                 )
-        return history, report
+            return aged, report
+
+        return self._housekeeping("skills", run, (history, SkillAgingReport()))
 
     def outgoing(self, history: list[Message], *, budget_chars: int, max_chars: int) -> list[Message]:
         """The outgoing copy of ``history``: pairing repaired and tool results within their budget

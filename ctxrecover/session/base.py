@@ -31,6 +31,8 @@ from ctxrecover.wire import WireFormat
 
 __all__ = [
     "ARCHIVE_PINS_NOTICE",
+    "ARCHIVE_PRESSURE_CODE",
+    "ARCHIVE_PRESSURE_NOTICE",
     "ARCHIVE_REFUSED_NOTICE",
     "PROVIDER_BY_FORMAT",
     "TRANSIENT_RETRIES",
@@ -50,6 +52,13 @@ ARCHIVE_REFUSED_NOTICE = (
     "⚠ CCR archive refused to store what this turn would cut — that cut was not made, nothing is lost: %s"
 )
 ARCHIVE_PINS_NOTICE = "⚠ CCR archive could not record which entries this session still uses (will retry): %s"
+# Issue 25: once, when live histories hold PRESSURE_WARN_FRACTION of the cap (ArchivePressure.notice_fields).
+ARCHIVE_PRESSURE_CODE = "archive_pressure"
+ARCHIVE_PRESSURE_NOTICE = (
+    "⚠ CCR archive %(path)s is %(percent)d%% full of entries live histories still reach (%(held)s of "
+    "max_bytes %(max_bytes)s): this session holds %(session)s, other sessions %(others)s — once it is full, "
+    "a turn that must cut stops with ArchiveFullError; %(advice)s"
+)
 
 
 class SessionBase:
@@ -110,6 +119,9 @@ class SessionBase:
             archive if archive is not None else MemoryArchive(),
             on_error=self._archive_failed,
             on_archived=lambda source, chars: self.stats.count_archived(source, chars),
+            on_pressure=lambda pressure: self.events.notice(
+                ARCHIVE_PRESSURE_CODE, ARCHIVE_PRESSURE_NOTICE % pressure.notice_fields()
+            ),
         )
         output_cap = min(catalog.max_output_tokens(provider, model), policy.max_output_tokens_cap)
         self.output_cap = output_cap

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -17,6 +19,14 @@ __all__ = ["register", "run"]
 ADMIN_ENV = "CTXSIM_ADMIN"
 DESCRIPTION = "Change the faults of a running `ctxsim proxy --admin HOST:PORT` through its admin API."
 TIMEOUT_S = 10.0
+
+
+class AdminRefused(CliError):
+    """The admin API answered with an error status (``status``); the message is its ``error``."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def admin_url(text: str | None) -> str:
@@ -48,8 +58,42 @@ def _call(base: str, method: str, path: str, document: dict[str, Any] | None = N
             message = response.json()["error"]
         except (ValueError, KeyError, TypeError):
             message = response.text.strip()[:200] or response.reason_phrase
-        raise CliError(f"the admin API refused {method} {path}: {message}")
+        raise AdminRefused(f"the admin API refused {method} {path}: {message}", status=response.status_code)
     return response.json() if response.content else None
+
+
+def _command(args: argparse.Namespace, *words: str) -> str:
+    """``ctxsim fault WORDS…`` with the ``--admin`` the user gave (none when it came from the environment)."""
+    admin = ("--admin", args.admin) if args.admin else ()
+    return shlex.join(("ctxsim", "fault", *words, *admin))
+
+
+def _add(base: str, args: argparse.Namespace) -> None:
+    """``fault add``: a name taken (409), or missing with ``--replace`` (404), names the CLI's way out."""
+    document: dict[str, Any] = {"name": args.name, "spec": args.spec}
+    toxicity = () if args.toxicity is None else ("--toxicity", f"{args.toxicity:g}")
+    if args.toxicity is not None:
+        document["toxicity"] = args.toxicity
+    path = f"/faults/{args.name}" if args.replace else "/faults"
+    try:
+        fault = _call(base, "POST", path, document)
+    except AdminRefused as refused:
+        if refused.status == HTTPStatus.CONFLICT and not args.replace:
+            replace = _command(args, "add", args.name, args.spec, "--replace", *toxicity)
+            remove = _command(args, "remove", args.name)
+            raise CliError(
+                f"a fault named {args.name!r} already exists on the proxy; replace it in place with "
+                f"`{replace}`, or remove it first with `{remove}`"
+            ) from None
+        if refused.status == HTTPStatus.NOT_FOUND and args.replace:
+            add = _command(args, "add", args.name, args.spec, *toxicity)
+            raise CliError(
+                f"no fault named {args.name!r} to replace on the proxy (`{_command(args, 'list')}` lists "
+                f"them); add it with `{add}`"
+            ) from None
+        raise
+    done = "replaced" if args.replace else "added"
+    print(f"{done} {fault['name']}: {fault['spec'] or fault['fields']}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,13 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 spec = fault["spec"] or json.dumps(fault["fields"], ensure_ascii=False)
                 print(f"{fault['name']:<{width}}  toxicity {fault['toxicity']:<4g}  {spec}")
     elif args.action == "add":
-        document: dict[str, Any] = {"name": args.name, "spec": args.spec}
-        if args.toxicity is not None:
-            document["toxicity"] = args.toxicity
-        path = f"/faults/{args.name}" if args.replace else "/faults"
-        fault = _call(base, "POST", path, document)
-        done = "replaced" if args.replace else "added"
-        print(f"{done} {fault['name']}: {fault['spec'] or fault['fields']}")
+        _add(base, args)
     elif args.action == "remove":
         _call(base, "DELETE", f"/faults/{args.name}")
         print(f"removed {args.name}")

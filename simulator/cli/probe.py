@@ -35,10 +35,25 @@ def _header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def _check_range(low: int, high: int, resolution: int) -> None:
+    """``--min`` below ``--max`` with room for ``--resolution``, before anything is printed or sent."""
+    if low >= high:
+        raise CliError(
+            f"--min {format_payload_size(low)} must be smaller than --max {format_payload_size(high)}: "
+            "--min is a size the gateway lets through, --max one it refuses"
+        )
+    if resolution >= high - low:
+        raise CliError(
+            f"--resolution {format_payload_size(resolution)} must be smaller than --max − --min "
+            f"({format_payload_size(high - low)}): there is nothing to bisect"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     url = args.url if args.url.startswith(("http://", "https://")) else None
     if url is None:
         raise CliError(f"probe URL {args.url!r}: expected an http(s):// URL")
+    _check_range(args.min, args.max, args.resolution)
     if url.rstrip("/").count("/") <= 2:  # no path: the format's endpoint
         url = url.rstrip("/") + ENDPOINTS[args.format]
     shown = redact_url(url)

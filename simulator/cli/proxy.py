@@ -9,6 +9,8 @@ with the same summary and exit code 0.
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import signal
 import sys
 import threading
@@ -69,6 +71,15 @@ SDK_HINTS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
             'HttpxSender("bedrock-converse", base_url="{url}", '
             'model="anthropic.claude-3-5-sonnet-20241022-v2:0")',
         ),
+    }
+)
+# Which option names which of the server's listening ports, and why a bind fails, in words.
+OPTION_OF_LISTENER: MappingProxyType[str, str] = MappingProxyType({"server": "--listen", "admin": "--admin"})
+BIND_FAILURES: MappingProxyType[int, str] = MappingProxyType(
+    {
+        errno.EADDRINUSE: "the port is in use (another program, or another ctxsim proxy, holds it)",
+        errno.EACCES: "permission denied (ports below 1024 need privileges)",
+        errno.EADDRNOTAVAIL: "no such address on this machine",
     }
 )
 KEEP_CALLS = 32  # a mock keeps its last calls only: a long-running proxy stays within bounded memory
@@ -180,6 +191,11 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"--admin {args.admin!r}: {exc}") from None
         if not same:
             raise CliError(f"--admin {args.admin!r}: the admin API listens on the --listen host ({host})")
+        if admin_port == port != 0:
+            raise CliError(
+                f"--admin {args.admin}: that is the --listen address; the admin API needs a port of its "
+                f"own, e.g. --admin {admin_host}:0 (any free port)"
+            )
     box, upstream_url, target, fmt = build_app(args)
     log = _open("--log-json", args.log_json)
     record = _open(
@@ -211,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         server.start()
     except ServerStartError as exc:
         output.close()
-        raise CliError(f"cannot listen: {exc}") from None
+        raise _start_error(exc) from None
     try:
         _announce(server, box, target, fmt, upstream_url, args)
         reason = _serve(args.max_seconds)
@@ -230,6 +246,18 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"served {server.served} request(s)")
     return EXIT_OK
+
+
+def _start_error(exc: ServerStartError) -> CliError:
+    """A port that could not be bound, named by its option and address."""
+    option = OPTION_OF_LISTENER.get(exc.listener or "")
+    if option is None:
+        return CliError(f"cannot listen: {exc}")
+    reason = BIND_FAILURES.get(exc.errno or 0) or (os.strerror(exc.errno) if exc.errno else str(exc))
+    return CliError(
+        f"{option} {exc.address}: cannot listen there: {reason}; "
+        f"give {option} another port (0: any free port)"
+    )
 
 
 def _limits(args: argparse.Namespace) -> dict[str, Any]:

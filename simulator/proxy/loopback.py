@@ -88,13 +88,28 @@ class DecidingApp(Protocol):
 
 
 class ServerStartError(RuntimeError):
-    """The server could not bind its port (in use, not permitted) or did not come up."""
+    """The server could not bind its port (in use, not permitted) or did not come up.
+
+    When a bind failed, ``listener`` says which port (``"server"`` or ``"admin"``),
+    ``address`` is its HOST:PORT and ``errno`` the OS error number; all None on a timeout.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        listener: str | None = None,
+        address: str | None = None,
+        errno: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.listener, self.address, self.errno = listener, address, errno
 
 
 class _BindError(Exception):
-    def __init__(self, address: str, error: OSError) -> None:
+    def __init__(self, listener: str, address: str, error: OSError) -> None:
         super().__init__(f"{address}: {error}")
-        self.address, self.error = address, error
+        self.listener, self.address, self.error = listener, address, error
 
 
 def loopback_host(host: str, what: str = "LoopbackServer") -> str:
@@ -307,13 +322,16 @@ class LoopbackServer:
         if not self._ready.wait(timeout_s) or self._error is not None:
             error = self._error
             self.stop()
+            if isinstance(error, _BindError):
+                raise ServerStartError(
+                    f"LoopbackServer could not start on {error.address}: {error.error}",
+                    listener=error.listener,
+                    address=error.address,
+                    errno=error.error.errno,
+                ) from error
             if error is not None:
-                where, cause = (
-                    (error.address, error.error)
-                    if isinstance(error, _BindError)
-                    else (f"{self.host}:{self.requested_port}", error)
-                )
-                raise ServerStartError(f"LoopbackServer could not start on {where}: {cause}") from error
+                where = f"{self.host}:{self.requested_port}"
+                raise ServerStartError(f"LoopbackServer could not start on {where}: {error}") from error
             raise ServerStartError(f"LoopbackServer did not start within {timeout_s} s")
         return self
 
@@ -347,16 +365,16 @@ class LoopbackServer:
             self._error = error
             self._ready.set()
 
-    async def _bind(self, serve: Callable[..., Any], port: int) -> asyncio.Server:
+    async def _bind(self, serve: Callable[..., Any], port: int, listener: str) -> asyncio.Server:
         try:
             return await asyncio.start_server(serve, self.host, port)
         except OSError as error:
-            raise _BindError(f"{self.host}:{port}", error) from error
+            raise _BindError(listener, f"{self.host}:{port}", error) from error
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        servers = [await self._bind(self._serve, self.requested_port)]
+        servers = [await self._bind(self._serve, self.requested_port, "server")]
         self.port = servers[0].sockets[0].getsockname()[1]
         if self._dispatcher is not None:
             self._dispatcher.host_header = f"{self.host}:{self.port}".encode()
@@ -365,7 +383,9 @@ class LoopbackServer:
             admin = AdminApi(self.app, stats=self.stats)  # type: ignore[arg-type]
             try:
                 servers.append(
-                    await self._bind(lambda r, w: self._serve_admin(r, w, admin), self.requested_admin_port)
+                    await self._bind(
+                        lambda r, w: self._serve_admin(r, w, admin), self.requested_admin_port, "admin"
+                    )
                 )
             except _BindError:
                 servers[0].close()

@@ -2,8 +2,11 @@
 
 A session is a system prompt and ``turns`` user turns. In a tool turn the
 assistant works in steps (one or several parallel tool calls each), then
-answers at length. Along the way the generator plants what the compaction
-passes and retention probes need:
+answers at length. A replay counts *assistant replies* instead (one request, one
+``session.complete()`` each, :func:`~simulator.workloads.split_turns`): one user turn is
+several of them, so ``replies=`` asks for a session of exactly that many replay turns
+(what ``ctxsim generate --turns`` writes). Along the way the generator plants what the
+compaction passes and retention probes need:
 
 - big file reads in the numbered format the dedup pass parses, and repeated
   reads of the same file (same, wider or narrower range);
@@ -143,7 +146,8 @@ APPROX_LINE_CHARS = 34
 def generate_session(
     *,
     seed: int,
-    turns: int,
+    turns: int | None = None,
+    replies: int | None = None,
     name: str | None = None,
     system_prompt_chars: int = DEFAULT_OPTIONS["system_prompt_chars"],
     tool_turn_ratio: float = DEFAULT_OPTIONS["tool_turn_ratio"],
@@ -161,6 +165,9 @@ def generate_session(
 ) -> Transcript:
     """A synthetic agent session; the same arguments give an equal transcript.
 
+    Give ``turns`` (user turns: a task or hook feedback, the assistant's tool steps, its
+    answer) or ``replies`` (assistant replies, what a replay calls turns: the session
+    ends after exactly that many, its last user turn cut short of tool steps if need be).
     ``tool_turn_ratio`` is the share of turns where the assistant uses tools
     (0 = chat only); each tool turn has ``steps_per_turn`` (min, max) steps, a
     step being parallel (2..``max_parallel_calls`` calls) with probability
@@ -188,22 +195,31 @@ def generate_session(
     }
     if image_detail:  # recorded only when used, so the sessions made before it regenerate byte for byte
         options["image_detail"] = image_detail
-    _validate(seed, turns, options)
+    _validate(seed, turns, replies, options)
     builder = _SessionBuilder(seed, options)
     builder.system_prompt()
-    for turn in range(1, turns + 1):
-        builder.turn(turn)
+    if replies is None:
+        for turn in range(1, (turns or 0) + 1):
+            builder.turn(turn)
+    else:
+        turns = 0
+        while builder.replies < replies:  # every user turn ends with at least its answer
+            turns += 1
+            builder.turn(turns, reply_budget=replies - builder.replies)
     from faker import VERSION as faker_version
 
-    metadata = {
+    metadata: dict[str, Any] = {
         "generator": GENERATOR_LABEL,
         "seed": seed,
         "turns": turns,
         "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
         "faker_version": faker_version,
     }
+    if replies is not None:  # recorded only when asked for: the committed fixtures regenerate byte for byte
+        metadata["replies"] = replies
+    default_name = f"synthetic-s{seed}-t{turns}" if replies is None else f"synthetic-s{seed}-r{replies}"
     return Transcript(
-        name=name or f"synthetic-s{seed}-t{turns}",
+        name=name or default_name,
         source_path=None,
         format="synthetic",
         messages=tuple(builder.messages),
@@ -212,8 +228,9 @@ def generate_session(
     )
 
 
-def generate_to_file(seed: int, turns: int, out_path: str | Path, **options: Any) -> Transcript:
-    """Generate a session (``options`` as for :func:`generate_session`) and write it as our JSONL."""
+def generate_to_file(seed: int, turns: int | None, out_path: str | Path, **options: Any) -> Transcript:
+    """Generate a session (``options`` as for :func:`generate_session`, e.g. ``replies=``) and write
+    it as our JSONL."""
     transcript = generate_session(seed=seed, turns=turns, **options)
     write_jsonl(transcript, out_path)
     return dataclasses.replace(transcript, source_path=str(out_path), format="jsonl")
@@ -261,11 +278,18 @@ def make_png(width: int, height: int, *, seed: int = 0, detail: float = 0.0) -> 
     )
 
 
-def _validate(seed: int, turns: int, options: dict[str, Any]) -> None:
+def _validate(seed: int, turns: int | None, replies: int | None, options: dict[str, Any]) -> None:
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed must be an int, got {seed!r}")
-    if turns < 1:
+    if (turns is None) == (replies is None):
+        raise ValueError(
+            "give turns (user turns) or replies (assistant replies, what a replay calls turns), "
+            f"not {'both' if turns is not None else 'neither'}"
+        )
+    if turns is not None and turns < 1:
         raise ValueError(f"turns must be >= 1 (a session needs at least one user turn), got {turns}")
+    if replies is not None and replies < 1:
+        raise ValueError(f"replies must be >= 1 (a replay needs at least one reply), got {replies}")
     for name in ("tool_turn_ratio", "parallel_ratio", "reread_ratio"):
         if not 0.0 <= options[name] <= 1.0:
             raise ValueError(f"{name} is a probability: give a value in [0, 1], got {options[name]}")
@@ -305,6 +329,7 @@ class _SessionBuilder:
         self.fake.seed_instance(seed)
         self.opt = options
         self.messages: list[Message] = []
+        self.replies = 0  # assistant messages so far: each is one replay turn
         self.facts: list[Fact] = []
         self.files: dict[str, _File] = {}
         self.used: set[str] = set()
@@ -361,23 +386,30 @@ class _SessionBuilder:
         self._fact("policy", policy)
         self.messages.append(Message.system(head + body))
 
+    def _reply(self, msg: Message) -> None:
+        self.messages.append(msg)
+        self.replies += 1
+
     # -- one user turn ----------------------------------------------------
-    def turn(self, turn: int) -> None:
+    def turn(self, turn: int, *, reply_budget: int | None = None) -> None:
+        """One user turn; with ``reply_budget`` it adds at most that many assistant replies
+        (fewer tool steps, no recall, when there is no room for them)."""
         opt = self.opt
         feedback = bool(opt["feedback_every"]) and turn % opt["feedback_every"] == 0 and turn > 1
         if feedback:
             self._feedback()
         else:
             self._user_task(with_image=bool(opt["image_every"]) and turn % opt["image_every"] == 0)
-        tool_turn = self.rng.random() < opt["tool_turn_ratio"]
-        if tool_turn:
-            steps = self.rng.randint(*opt["steps_per_turn"])
-            recall_step = self.rng.randrange(steps) if self._recall_due(turn) else -1
-            for step in range(steps):
-                if step == recall_step:
-                    self._recall()
-                self._tool_step()
-        elif self._recall_due(turn):
+        recall = self._recall_due(turn) and (reply_budget is None or reply_budget >= 2)
+        steps = self.rng.randint(*opt["steps_per_turn"]) if self.rng.random() < opt["tool_turn_ratio"] else 0
+        if reply_budget is not None:
+            steps = min(steps, reply_budget - 1 - recall)  # the answer (and a recall) take the rest
+        recall_step = self.rng.randrange(steps) if steps and recall else -1
+        for step in range(steps):
+            if step == recall_step:
+                self._recall()
+            self._tool_step()
+        if recall and not steps:
             self._recall()
         self._answer()
 
@@ -419,7 +451,7 @@ class _SessionBuilder:
     def _recall(self) -> None:
         original = self.rng.choice(self.recallable)
         request = RECALL_REQUEST.format(marker=marker(archive_key(original)))
-        self.messages.append(Message.assistant(request))
+        self._reply(Message.assistant(request))
         self.messages.append(Message.user(original, preserve_verbatim=True))
 
     # -- tool steps -------------------------------------------------------
@@ -431,7 +463,7 @@ class _SessionBuilder:
         names = self.rng.choices(list(TOOL_WEIGHTS), weights=list(TOOL_WEIGHTS.values()), k=count)
         planned = [self._plan_call(name) for name in names]
         calls = [ToolCall(self._call_id(), name, json.dumps(args)) for name, args, _ in planned]
-        self.messages.append(Message.assistant(self.rng.choice(STEP_OPENERS), calls))
+        self._reply(Message.assistant(self.rng.choice(STEP_OPENERS), calls))
         for call, (_, _, result) in zip(calls, planned, strict=True):
             result(call.id)
 
@@ -562,4 +594,4 @@ class _SessionBuilder:
         split = prose.find("\n\n", len(prose) // 2)
         split = len(prose) if split < 0 else split
         parts.append(f"{prose[:split]}\n\n```python\n{code}\n```\n{prose[split:]}")
-        self.messages.append(Message.assistant("".join(parts)))
+        self._reply(Message.assistant("".join(parts)))

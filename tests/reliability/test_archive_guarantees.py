@@ -99,12 +99,19 @@ def test_300_turns_over_a_flapping_gateway_and_a_1_mib_archive_lose_nothing_sile
         print(f"300 turns, 1 MiB: unrecallable {final}, refused turns {run.refusals}")
         assert final == (0, 0) and set(checked) == {(0, 0)}
         assert run.turns == 300 and run.refusals > 0  # the cap is too small for the whole conversation
-        assert run.session.stats.archive_refusals == run.refusals  # every refusal counted…
-        assert sum(n.code == "archive_refused" for n in run.notices) == run.refusals  # …and announced
+        codes = [n.code for n in run.notices]
+        # Every refused write is counted and announced; a turn raises only for a cut its request needs
+        # (a refused microcompact fold is skipped), so a raised turn may follow a skipped fold.
+        assert run.session.stats.archive_refusals == codes.count("archive_refused") >= run.refusals
+        # The user heard once, before the first refusal, how full it is and what frees room.
+        assert codes.count("archive_pressure") == 1
+        assert codes.index("archive_pressure") < codes.index("archive_refused")
+        grow = f"open it with a larger max_bytes: DiskArchive({str(tmp_path / 'ccr.sqlite')!r}, max_bytes="
         for error in run.errors:
             assert (
                 error.needed + error.pinned_bytes > error.max_bytes == 1 * MIB
             )  # refused only when it had to be
+            assert "held: this session " in str(error) and grow in str(error)
         assert _lost(run.fed, run.history, store) == []
         assert store.verify() == []
 

@@ -70,9 +70,13 @@ def test_a_put_that_would_evict_a_pinned_entry_is_refused_and_stores_nothing(db_
             4000,
             str(db_path),
         )
-        assert "without evicting entries a live history still reaches (3.9 KB held)" in str(error)
-        assert "nothing was stored and nothing was cut" in str(error)
-        assert "larger max_bytes" in str(error) and "DiskArchive.release" in str(error)
+        assert str(error) == (
+            f"cannot archive an entry of 1000 B (1000 bytes) in {db_path}: it would not fit under max_bytes "
+            "(3.9 KB) without evicting entries a live history still reaches (3.9 KB held: session "
+            "'session-a' 3.9 KB) — nothing was stored and nothing was cut; to make room, release sessions "
+            "you will not resume — store.release('session-a') frees 3.9 KB — or open it with a larger "
+            f"max_bytes: DiskArchive({str(db_path)!r}, max_bytes=1048576) (1.0 MB)"
+        )
         assert store.stats() == before and all(k in store for k in keys)
         assert archive_key("e" * 1000) not in store
 

@@ -44,16 +44,38 @@ def _history(turns: int) -> list[Message]:
     return history
 
 
-def test_a_step_refused_by_the_archive_leaves_the_passes_usable_and_equal_to_the_full_ones() -> None:
+@pytest.mark.parametrize("incremental", [True, False], ids=["incremental", "full"])
+def test_a_fold_refused_by_the_archive_is_not_made_and_the_passes_stay_equal_to_the_full_ones(
+    incremental: bool,
+) -> None:
     policy = Policy(microcompact_truncate_turns=2, microcompact_summarize_turns=4)
     archive, reference_archive = RefusingOnce(), MemoryArchive()
-    passes = TurnPasses(policy, archive, "openai-chat", model="m")
+    passes = TurnPasses(policy, archive, "openai-chat", model="m", incremental=incremental)
     reference = TurnPasses(policy, reference_archive, "openai-chat", model="m", incremental=False)
     history = _history(3)
     passes.microcompact(history)
     archive.refuse = True
     history = _history(8)  # old results cross the truncation age: microcompact archives them
-    with pytest.raises(ArchiveFullError):
-        passes.microcompact(history)
-    assert passes.microcompact(history) == reference.microcompact(history)
+    unchanged, report = passes.microcompact(history)  # housekeeping: refused, so not folded
+    assert unchanged is history and not report.changed
+    folded, report = passes.microcompact(history)  # the archive has room again: the fold happens
+    assert report.changed and (folded, report) == reference.microcompact(history)
     assert passes.weight(history) == reference.weight(history)
+
+
+def test_dedup_refused_by_the_archive_keeps_every_read() -> None:
+    read = ToolCall("r1", "read_file", '{"path": "a.py"}')
+    again = ToolCall("r2", "read_file", '{"path": "a.py"}')
+    text = "<<< FILE: a.py >>>\n" + "\n".join(f"{n:>6}\tline {n}" for n in range(1, 400))
+    history = [
+        Message.user("read a.py twice"),
+        Message.assistant("", tool_calls=(read,)),
+        Message.tool("r1", text),
+        Message.assistant("", tool_calls=(again,)),
+        Message.tool("r2", text),
+    ]
+    archive = RefusingOnce()
+    passes = TurnPasses(Policy(), archive, "openai-chat", model="m")
+    archive.refuse = True
+    assert passes.dedup(history) is history
+    assert passes.dedup(history)[2].content.startswith("[Earlier read of a.py superseded")

@@ -64,6 +64,67 @@ def test_a_cut_the_archive_refuses_raises_before_the_history_changes_and_is_coun
         assert len(session.history) < len(before) and _recallable(session)
 
 
+def test_a_full_archive_ends_no_turn_that_needs_no_cut(
+    tmp_path: Path, fake_provider: Callable[..., object]
+) -> None:
+    events: list[Event] = []
+    output = "\n".join(f"PASSED test_{n}" for n in range(600))  # 9.3 KB: microcompact previews it at age 2
+    with DiskArchive(tmp_path / "shared.sqlite", max_bytes=40_000) as store, store.view("other") as other:
+        other.pin("other-session", [other.put(f"{i} " + "o" * 9_500) for i in range(4)])  # 38 KB held
+        provider = fake_provider()
+        session = Session(provider.sender(), archive=store, on_event=events.append, env={})
+        session.extend([Message.user("run the tests"), Message.assistant("", [ToolCall("t", "run", "{}")])])
+        session.extend([Message.tool("t", output), Message.assistant("All pass."), Message.user("thanks")])
+        session.extend([Message.assistant("You're welcome."), Message.user("and the lint?")])
+
+        answer = session.complete()  # microcompact's fold is refused: the turn goes on without it
+
+    assert answer.content == "answer 1" and session.history[2].content == output  # kept whole
+    refused = [e.message for e in events if isinstance(e, Notice) and e.code == "archive_refused"]
+    assert len(refused) == session.stats.archive_refusals == 1
+    path = tmp_path / "shared.sqlite"
+    assert refused == [
+        REFUSED_PREFIX
+        + f"cannot archive an entry of 9.3 KB ({len(output)} bytes) in {path}: it would not fit under "
+        "max_bytes (39.1 KB) without evicting entries a live history still reaches (37.1 KB held: "
+        "session 'other-session' 37.1 KB (namespace 'other')) — nothing was stored and nothing was cut; "
+        "to make room, release sessions you will not resume — store.view('other').release('other-session') "
+        f"frees 37.1 KB — or open it with a larger max_bytes: DiskArchive({str(path)!r}, max_bytes=1048576) "
+        "(1.0 MB)"
+    ]
+
+
+def test_a_session_warns_once_when_live_histories_hold_80_percent_of_the_cap(
+    tmp_path: Path, fake_provider: Callable[..., object]
+) -> None:
+    events: list[Event] = []
+    path = tmp_path / "shared.sqlite"
+    with DiskArchive(path, max_bytes=60_000) as store, store.view("other") as other:
+        other.pin("other-session", [other.put(f"{i} " + "o" * 8_998) for i in range(5)])  # 45 KB: 75 %
+        provider = fake_provider()
+        session = Session(provider.sender(), policy=SMALL, archive=store, on_event=events.append, env={})
+        session.extend(_conversation(6))
+        for turn in range(4):
+            session.complete()  # each turn cuts, so each turn archives
+            session.add(Message.user(f"next {turn} " + "q" * 1000))
+        warnings = [e.message for e in events if isinstance(e, Notice) and e.code == "archive_pressure"]
+    assert len(warnings) == 1, warnings
+    (warning,) = warnings
+    assert warning.startswith(f"⚠ CCR archive {path} is ")
+    assert (
+        "% full of entries live histories still reach (" in warning and " of max_bytes 58.6 KB): " in warning
+    )
+    assert (
+        ", other sessions 43.9 KB — once it is full, a turn that must cut stops with ArchiveFullError; "
+        in (warning)
+    )
+    assert warning.endswith(
+        "to make room, release sessions you will not resume — store.view('other').release('other-session') "
+        f"frees 43.9 KB — or open it with a larger max_bytes: DiskArchive({str(path)!r}, max_bytes=1048576) "
+        "(1.0 MB)"
+    )
+
+
 def test_the_markers_of_the_outgoing_copy_stay_recallable(
     tmp_path: Path, fake_provider: Callable[..., object]
 ) -> None:

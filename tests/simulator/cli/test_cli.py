@@ -392,6 +392,11 @@ def bad_scenario(tmp_path: Path) -> Path:
         (["run", "--policy", "keep_recent=lots"], "--policy field keep_recent: expected an integer"),
         (["classify", "/nonexistent/body.txt"], "/nonexistent/body.txt: cannot read"),
         (
+            ["classify", "bundled:404-nowhere"],
+            "bundled:404-nowhere: no bundled page named '404-nowhere'; `ctxsim classify --list-pages` lists "
+            "them (e.g. bundled:403-akamai)",
+        ),
+        (
             ["run", "--scenarios", "rate-limit-429", "--transcripts", "chat-50k", "--out", "{bad}"],
             "broken.jsonl: cannot write the run directory",
         ),
@@ -451,6 +456,25 @@ def test_classify_reads_a_file_with_status_and_headers(capsys: pytest.CaptureFix
     assert list(fields)[:4] == ["kind", "reason", "reason text", "provider"] and "evidence" in fields
 
 
+def test_classify_lists_the_bundled_pages_by_the_names_it_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "classify", "--list-pages")
+
+    assert code == 0
+    assert out.splitlines() == [f"bundled:{path.stem}" for path in sorted(PAGES.iterdir())]
+    assert "bundled:403-cloudflare" in out.splitlines()
+
+
+def test_classify_reads_a_bundled_page_by_name_as_it_reads_its_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    options = ("--status", "403", "--header", "content-type:text/html", "--json")
+    by_name = run_cli(capsys, "classify", "bundled:403-cloudflare", *options)
+    by_path = run_cli(capsys, "classify", str(PAGES / "403-cloudflare.html"), *options)
+
+    assert by_name == by_path and by_name[0] == 0
+    assert json.loads(by_name[1])["kind"] == "waf_rejection"
+
+
 def test_classify_reads_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     body = (
         '{"type": "error", "error": {"type": "invalid_request_error", '
@@ -471,6 +495,34 @@ def test_generate_writes_a_loadable_transcript(capsys: pytest.CaptureFixture[str
     transcript = load_transcript(path)
     assert code == 0 and len(transcript.messages) > 2 and transcript.metadata["seed"] == 5
     assert out.startswith(f"wrote {path}: {len(transcript.messages)} messages") and transcript.sha256 in out
+
+
+def test_generate_turns_are_the_turns_a_replay_runs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "session.jsonl"
+
+    code, out, _ = run_cli(capsys, "generate", "--seed", "7", "--turns", "20", "--out", str(path))
+
+    transcript = load_transcript(path)
+    result = replay(path, "rate-limit-429")
+    assert code == 0 and result.turns == 20
+    tasks = transcript.metadata["turns"]
+    assert out.startswith(
+        f"wrote {path}: {len(transcript.messages)} messages in 20 turns ({tasks} user tasks), "
+    )
+
+
+def test_generate_help_says_what_a_turn_is(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run_cli(capsys, "generate", "--help")
+
+    assert (
+        " ".join(out.split()).count(
+            "a turn is one assistant reply — one request to the provider, one session.complete(), what "
+            "`ctxsim replay` counts; a user task with its tool steps and answer spans several turns"
+        )
+        == 1
+    )
 
 
 # -- proxy -----------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,6 +27,9 @@ from simulator.workloads import FIXTURE_TRANSCRIPTS_DIR
 
 ROOT = Path(__file__).resolve().parents[3]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+CI = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+README_CLASSIFY = re.compile(r"`(ctxsim classify [^`]*)`")
 
 
 def test_a_checkout_reads_its_own_fixtures_folder() -> None:
@@ -90,3 +95,22 @@ def test_a_package_without_its_data_says_so(tmp_path: Path) -> None:
     assert broken.returncode != 0
     assert "the simulator's bundled data is missing" in broken.stderr
     assert "reinstall ctxrecover" in broken.stderr
+
+
+def test_the_readme_classify_example_works_from_an_installed_package(tmp_path: Path) -> None:
+    (command, *_) = README_CLASSIFY.findall(README)
+    site = fake_install(tmp_path / "site", with_data=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    done = run_python(site, elsewhere, "-m", "simulator", *shlex.split(command)[1:])
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["kind"] == "waf_rejection"
+
+
+def test_ci_runs_the_readme_classify_example_from_the_wheel() -> None:
+    wheel_block = CI.split('mkdir "$scratch/elsewhere"', 1)[1].split("\n)\n", 1)[0]
+    assert "grep -o 'ctxsim classify bundled:[^`]*' \"$repo/README.md\"" in wheel_block
+    assert '"$scratch/wheel-venv/bin/${classify_example[0]}"' in wheel_block
+    assert README_CLASSIFY.findall(README)[0].startswith("ctxsim classify bundled:")

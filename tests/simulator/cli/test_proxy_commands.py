@@ -146,7 +146,18 @@ def test_faults_change_on_a_running_proxy_through_ctxsim_fault(
         (["proxy", "--listen", "0.0.0.0:8080"], "LoopbackServer binds loopback addresses only"),
         (
             ["proxy", "--listen", "127.0.0.1:{busy}"],
-            "cannot listen: LoopbackServer could not start on 127.0.0.1:{busy}",
+            "--listen 127.0.0.1:{busy}: cannot listen there: the port is in use (another program, or another "
+            "ctxsim proxy, holds it); give --listen another port (0: any free port)",
+        ),
+        (
+            ["proxy", "--admin", "127.0.0.1:{busy}"],
+            "--admin 127.0.0.1:{busy}: cannot listen there: the port is in use (another program, or another "
+            "ctxsim proxy, holds it); give --admin another port (0: any free port)",
+        ),
+        (
+            ["proxy", "--listen", "127.0.0.1:{dead}", "--admin", "localhost:{dead}"],
+            "--admin localhost:{dead}: that is the --listen address; the admin API needs a port of its own, "
+            "e.g. --admin localhost:0 (any free port)",
         ),
         (["proxy", "--scenario", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
         (
@@ -174,6 +185,36 @@ def test_bad_input_is_one_error_line_never_a_traceback(
     assert err.startswith("ctxsim: error: ") and err.count("\n") == 1, err
     assert message.format(dead=dead, busy=busy) in err
     assert "Traceback" not in err
+
+
+def test_a_duplicate_fault_add_names_the_cli_s_own_way_to_replace_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    box = Middlebox(MockProvider("anthropic", context_window=10_000), [])
+    with LoopbackServer(box, admin_port=0) as server:
+        admin = server.admin_url.removeprefix("http://")
+        assert main(["fault", "add", "cap", "body-cap:128KB:nginx", "--admin", admin]) == 0
+        capsys.readouterr()
+        duplicate = main(["fault", "add", "cap", "body-cap:1MB:nginx", "--toxicity", "0.5", "--admin", admin])
+        duplicate_err = capsys.readouterr().err
+        replaced = main(
+            ["fault", "add", "cap", "body-cap:1MB:nginx", "--toxicity", "0.5", "--replace", "--admin", admin]
+        )
+        replaced_out = capsys.readouterr().out
+        missing = main(["fault", "add", "gone", "latency:0.1", "--replace", "--admin", admin])
+        missing_err = capsys.readouterr().err
+    assert (duplicate, replaced, missing) == (2, 0, 2)
+    assert duplicate_err == (
+        "ctxsim: error: a fault named 'cap' already exists on the proxy; replace it in place with "
+        f"`ctxsim fault add cap body-cap:1MB:nginx --replace --toxicity 0.5 --admin {admin}`, or remove it "
+        f"first with `ctxsim fault remove cap --admin {admin}`\n"
+    )
+    assert replaced_out == "replaced cap: body-cap:1048576B:probability=0.5\n"
+    assert missing_err == (
+        "ctxsim: error: no fault named 'gone' to replace on the proxy "
+        f"(`ctxsim fault list --admin {admin}` lists them); add it with "
+        f"`ctxsim fault add gone latency:0.1 --admin {admin}`\n"
+    )
 
 
 def test_the_admin_api_refusal_reaches_the_command_line(
@@ -358,3 +399,30 @@ def test_sigterm_stops_the_proxy_with_its_summary_and_exit_code_0(
     assert proxy_process.returncode == 0
     assert out.splitlines()[-1] == "served 1 request(s)"
     assert "stopping (SIGTERM)" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error"),
+    [
+        (
+            ["--min", "16MB", "--max", "1KB"],
+            "--min 16.0 MB must be smaller than --max 1.0 KB: --min is a size the gateway lets through, "
+            "--max one it refuses",
+        ),
+        (["--min", "4KB", "--max", "4KB"], "--min 4.0 KB must be smaller than --max 4.0 KB"),
+        (
+            ["--min", "1KB", "--max", "2KB", "--resolution", "4KB"],
+            "--resolution 4.0 KB must be smaller than --max − --min (1.0 KB): there is nothing to bisect",
+        ),
+    ],
+)
+def test_probe_refuses_an_empty_range_before_it_prints_a_plan_or_sends(
+    capsys: pytest.CaptureFixture[str], sizes: list[str], error: str
+) -> None:
+    box = Middlebox(MockProvider("openai-chat", context_window=10_000_000), [])
+    with LoopbackServer(box) as gateway:
+        code = main(["probe", gateway.base_url, *sizes])
+        served = gateway.served
+    captured = capsys.readouterr()
+    assert (code, captured.out, served) == (2, "", 0)
+    assert captured.err.startswith(f"ctxsim: error: {error}") and captured.err.count("\n") == 1

@@ -152,7 +152,8 @@ def test_gemini_streams_sse_chunks_with_alt_sse_and_a_json_array_without() -> No
 
 
 def test_bedrock_converse_stream_frames_parse_with_botocore() -> None:
-    eventstream = pytest.importorskip("botocore.eventstream")
+    from botocore import eventstream  # the sdks extra installs it: missing is a broken install, not a skip
+
     body = {"messages": [{"role": "user", "content": [{"text": "hi"}]}]}
     provider = MockProvider("bedrock-converse", context_window=10_000, script=[Reply(LONG_TEXT, (CALL,))])
     response = post(provider, BEDROCK_PATH, body)

@@ -28,6 +28,7 @@ from simulator.transcripts.generator import (
 )
 from simulator.transcripts.loaders import Transcript, load_transcript, write_jsonl
 from simulator.transcripts.recipes import FIXTURE_RECIPES, write_fixtures
+from simulator.workloads import split_turns
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "fixtures" / "transcripts"
@@ -283,6 +284,50 @@ def test_image_detail_makes_heavy_screenshots_and_is_recorded_only_when_used():
     assert [m.content for m in heavy.messages] == [m.content for m in light.messages]  # only pixels differ
     with pytest.raises(ValueError, match=r"image_detail is a share of each row: give a value in \[0, 1\]"):
         generate_session(seed=5, turns=1, image_detail=-0.1)
+
+
+# -- replies: what a replay calls turns -----------------------------------------------
+
+REPLY_SHAPES = {
+    "default": {},
+    "chat": {"tool_turn_ratio": 0.0, "recall_every": 0, "feedback_every": 0},
+    "recalls every turn": {"recall_every": 1, "feedback_every": 2},
+    "long tool turns": {"steps_per_turn": (3, 8), "max_parallel_calls": 5, "recall_every": 2},
+}
+
+
+@pytest.mark.parametrize("shape", list(REPLY_SHAPES))
+@pytest.mark.parametrize("replies", [1, 2, 3, 7, 20, 41])
+def test_replies_is_exactly_the_number_of_turns_a_replay_runs(shape: str, replies: int) -> None:
+    for seed in range(4):
+        t = generate_session(seed=seed, replies=replies, **REPLY_SHAPES[shape])
+        turns, trailing = split_turns(t.messages)
+        assert (len(turns), trailing) == (replies, ()), (shape, seed)
+        assert t.messages[-1].role == "assistant" and not t.messages[-1].tool_calls  # ends on an answer
+        assert t.metadata["replies"] == replies and t.metadata["turns"] >= 1
+        assert t.name == f"synthetic-s{seed}-r{replies}"
+
+
+def test_a_session_given_in_user_turns_is_unchanged_by_replies_existing() -> None:
+    t = generate_session(seed=3, turns=5)
+    assert "replies" not in t.metadata and t.name == "synthetic-s3-t5"
+    assert len(split_turns(t.messages)[0]) > 5  # each user turn is several replay turns
+
+
+@pytest.mark.parametrize(
+    ("counts", "error"),
+    [
+        (
+            {},
+            "give turns (user turns) or replies (assistant replies, what a replay calls turns), not neither",
+        ),
+        ({"turns": 2, "replies": 2}, "not both"),
+        ({"replies": 0}, "replies must be >= 1"),
+    ],
+)
+def test_turns_or_replies_one_of_them_positive(counts: dict[str, int], error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        generate_session(seed=1, **counts)
 
 
 # -- committed fixtures ---------------------------------------------------------------
