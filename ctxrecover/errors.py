@@ -20,7 +20,10 @@ exceptions are what the library itself raises::
     └── RecoveryError               a turn could not be completed (carries the failure)
         ├── RecoveryExhausted       every recovery attempt was spent
         ├── PayloadFloorError       what compaction cannot shrink is over the gateway's limit
-        ├── ContentBlockedError     the gateway refused the content, not the size (SPEC §11)
+        ├── ContentBlockedError     the gateway refused the content, not the size (SPEC §11, §12)
+        │   └── ContentFloorError   what it refused is the system prompt or the tool definitions
+        ├── PolicyBlockedError      the gateway refuses this route or client, whatever is sent (SPEC §12)
+        ├── ContentRefusedError     the provider itself refused the content (a safety filter, SPEC §12)
         ├── HeaderFaultError        the gateway refused the request headers (HTTP 431)
         └── UnrecoverableFailure    the failure kind is not recoverable (auth, rate limit, …)
 """
@@ -39,11 +42,14 @@ __all__ = [
     "CompactionCancelled",
     "ConfigError",
     "ContentBlockedError",
+    "ContentFloorError",
+    "ContentRefusedError",
     "CtxRecoverError",
     "HeaderFaultError",
     "MessageError",
     "NestingTooDeepError",
     "PayloadFloorError",
+    "PolicyBlockedError",
     "RecoveryError",
     "RecoveryExhausted",
     "ResponseFormatError",
@@ -239,6 +245,31 @@ class ContentBlockedError(RecoveryError):
         self.message_bytes = message_bytes
         self.request_bytes = request_bytes
         self.largest_accepted = largest_accepted
+
+
+class ContentFloorError(ContentBlockedError):
+    """What the gateway refused is content no compaction may touch: ``part`` is ``"system_prompt"`` or
+    ``"tool_definitions"``. Failed fast: no retry can help until that part changes (or the gateway's
+    administrators allow it)."""
+
+    def __init__(self, message: str, *, part: str, failure: Failure | None = None, attempts: int = 0) -> None:
+        super().__init__(message, failure=failure, attempts=attempts)
+        self.part = part
+
+
+class PolicyBlockedError(RecoveryError):
+    """The gateway refused even a request carrying no conversation content (SPEC §12): it refuses this
+    route or client, not this conversation. Nothing was compacted, no cap was learned; the session is
+    usable again once the route is fixed."""
+
+
+class ContentRefusedError(RecoveryError):
+    """The provider refused the content itself (Gemini ``blockReason`` or a SAFETY finish, OpenAI
+    ``content_filter``): ``reason`` is the provider's. Never compacted, never retried."""
+
+    def __init__(self, message: str, *, reason: str, failure: Failure | None = None) -> None:
+        super().__init__(message, failure=failure)
+        self.reason = reason
 
 
 class HeaderFaultError(RecoveryError):

@@ -207,6 +207,9 @@ class SessionStats:
     chars_archived: int = 0  # every source together
     chars_archived_by_source: dict[str, int] = field(default_factory=dict)  # ARCHIVE_SOURCES → chars
     archive_refusals: int = 0  # cuts abandoned because the archive refused to store them
+    content_blocks: int = 0  # block pages met (SPEC §12: each settled by experiments)
+    block_experiments: int = 0  # requests sent only to tell size, content and policy apart
+    withheld_chars: int = 0  # chars of content withheld because a gateway refused it
     provider_input_tokens: int = 0
     provider_output_tokens: int = 0
 

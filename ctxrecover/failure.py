@@ -25,6 +25,8 @@ class FailureKind(StrEnum):
     MALFORMED_HISTORY = "malformed_history"
     OUTPUT_TRUNCATED = "output_truncated"
     OUTPUT_LIMIT = "output_limit"  # a parameter over the model's limit (max_tokens): lower it, never compact
+    POLICY_BLOCK = "policy_block"  # the gateway refuses this route or client, whatever is sent (SPEC §12)
+    CONTENT_REFUSED = "content_refused"  # the provider itself refused the content (safety filter, SPEC §12)
     BILLING = "billing"  # out of credits, quota or a spend limit: never compact, never retry
     AUTH = "auth"
     RATE_LIMIT = "rate_limit"

@@ -58,6 +58,7 @@ ENV_VARIABLES: Mapping[str, str] = MappingProxyType(
         "CHATCLI_CONTEXT_ENGINE": "context_engine",
         "CHATCLI_SKILL_INJECT_BUDGET": "skill_inject_budget",
         "CHATCLI_SKILL_AGE_TURNS": "skill_age_turns",
+        "CHATCLI_MAX_BLOCKED_REQUESTS": "max_blocked_requests",
     }
 )
 
@@ -97,6 +98,8 @@ INT_MINIMUMS: Mapping[str, int] = MappingProxyType(
         "chat_keep_recent": 1,
         "payload_cap": 0,
         "max_recovery_attempts": 0,
+        "max_blocked_requests": 1,
+        "experiment_max_tokens": 1,
         "max_token_escalations": 0,
         "emergency_keep_messages": 2,
         "nuclear_keep_messages": 1,
@@ -202,6 +205,11 @@ class Policy:
     payload_cap_headroom: float = 0.7
     #: Recovery attempts per agent run (CHATCLI_MAX_RECOVERY_ATTEMPTS).
     max_recovery_attempts: int = 3
+    #: Blocked requests one turn may cost a gateway, the first included (SPEC §12;
+    #: CHATCLI_MAX_BLOCKED_REQUESTS): every block is a security event; past it the turn stops.
+    max_blocked_requests: int = 6
+    #: ``max_tokens`` of an experiment request whose answer is not kept (SPEC §12's probes and tests).
+    experiment_max_tokens: int = 16
     #: Max-output-token escalations per turn (CHATCLI_MAX_TOKEN_ESCALATIONS).
     max_token_escalations: int = 2
     #: Non-system messages kept by recovery Level 2 (CHATCLI_EMERGENCY_KEEP_MESSAGES).

@@ -2,7 +2,7 @@
 
 from ctxrecover.archive.disk import ArchiveStats, DiskArchive
 from ctxrecover.archive.keys import KEY_LENGTH, MARKER_RE, archive_key, extract_keys, has_marker, marker
-from ctxrecover.archive.live import SessionArchive, message_keys
+from ctxrecover.archive.live import WITHHELD_RECALL, SessionArchive, message_keys
 from ctxrecover.archive.lookup import RECALL_JSON_FIELDS, RecallResult, parse_recall_keys, recall
 from ctxrecover.archive.pressure import PRESSURE_WARN_FRACTION, ArchiveHolder, ArchivePressure
 from ctxrecover.archive.ranges import (
@@ -36,6 +36,7 @@ __all__ = [
     "RecallResult",
     "RecallTool",
     "SessionArchive",
+    "WITHHELD_RECALL",
     "ToolDefinition",
     "UNKNOWN_KEY_TEXT",
     "archive_key",

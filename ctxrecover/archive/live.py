@@ -48,9 +48,14 @@ from ctxrecover.errors import ArchiveError
 if TYPE_CHECKING:
     from ctxrecover.messages import Message
 
-__all__ = ["ListDelta", "SessionArchive", "list_delta", "message_keys"]
+__all__ = ["WITHHELD_RECALL", "ListDelta", "SessionArchive", "list_delta", "message_keys"]
 
 _T = TypeVar("_T")
+#: What recalling withheld content through the session gives back (SPEC §12): the explanation.
+WITHHELD_RECALL = (
+    "[withheld: the gateway refused this content; it is archived as <<ccr:%s>> on this machine and is not "
+    "resent through this gateway — recall it locally]"
+)
 MAX_REPLACED = 64  # beyond this many replaced positions a change counts as a rewrite from the first
 # Past the warning line, the full pressure report (a walk of every held entry) is read again only
 # after this share of max_bytes was written since the last one: the per-write check stays one counter.
@@ -186,6 +191,8 @@ class SessionArchive:
         self._needs_reset = True  # the first pin declares the whole live set
         self._pin_failing = False
         self._journal: set[str] | None = None  # keys new to the store since begin_journal()
+        #: Keys of content the session's gateway refused (SPEC §12): :meth:`get` explains, never returns it.
+        self.withheld: frozenset[str] = frozenset()
 
     # -- the Archive protocol ------------------------------------------------------------
     def put(self, content: str) -> str:
@@ -222,6 +229,11 @@ class SessionArchive:
         return None if has_marker(content) else self.put(content)
 
     def get(self, key: str) -> str | None:
+        """The entry under ``key`` — or, for content a gateway refused (:attr:`withheld`), the
+        explanation: what this view returns may be resent through that gateway. The store itself
+        (``self.store``) still returns the content, for local recall."""
+        if key in self.withheld:
+            return WITHHELD_RECALL % key
         return self.store.get(key)
 
     def __contains__(self, key: object) -> bool:

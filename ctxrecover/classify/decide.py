@@ -63,6 +63,7 @@ from ctxrecover.classify.tables import (
     AUTH_STATUSES,
     BILLING_STATUSES,
     CONTENT_POLICY_PHRASES,
+    CONTENT_REFUSAL_STOP_REASONS,
     CONTEXT_OVERFLOW_PHRASES,
     EOF_RESET_CLASSES,
     EOF_RESET_PHRASES,
@@ -140,11 +141,39 @@ def _values_at(doc: object, path: str) -> list[object]:
     return current
 
 
+def content_refusal(document: object) -> str | None:
+    """The provider's own refusal in a successful answer (SPEC §12), as ``wire path = value``, or None.
+
+    >>> content_refusal({"choices": [{"finish_reason": "content_filter"}]})
+    "openai-chat choices[].finish_reason = 'content_filter'"
+    """
+    for wire, path, values in CONTENT_REFUSAL_STOP_REASONS:
+        for found in _values_at(document, path):
+            if isinstance(found, str) and found and (not values or found in values):
+                return f"{wire} {path} = {found!r}"
+    return None
+
+
+def refused(refusal: str) -> Failure:
+    """The ``content_refused`` failure of a :func:`content_refusal` (its provider, its stop reason)."""
+    wire = refusal.split(" ", 1)[0]
+    return Failure(
+        FailureKind.CONTENT_REFUSED,
+        provider=SUCCESS_WIRE_PROVIDERS.get(wire, wire.split("-", 1)[0]),
+        evidence=refusal,
+        stop_reason=refusal.rpartition("= ")[2].strip("'"),
+    )
+
+
 def _success_outcome(x: Evidence) -> Failure | None:
-    """ok / output_truncated when the body is a provider's successful response."""
+    """ok / output_truncated / content_refused when the body is a provider's successful response."""
     mappings = x.body_objects
     if not mappings or x.body_is_error:
         return None
+    for doc in mappings:
+        refusal = content_refusal(doc)
+        if refusal is not None:
+            return refused(refusal)
     stop: tuple[str, str] | None = None  # (stop reason, wire)
     truncated: tuple[str, str, str] | None = None  # (stop reason, wire, evidence)
     for doc in mappings:

@@ -50,6 +50,7 @@ __all__ = [
     "OUTPUT_SUM_FORM",
     "OUTPUT_TRUNCATED_CLASSES",
     "OUTPUT_TRUNCATED_PHRASES",
+    "CONTENT_REFUSAL_STOP_REASONS",
     "OUTPUT_TRUNCATION_STOP_REASONS",
     "OVERFLOW_EXCESS",
     "OVERFLOW_SUBJECT",
@@ -618,6 +619,20 @@ OUTPUT_TRUNCATION_STOP_REASONS: tuple[tuple[str, str, str], ...] = (
     ("gemini", "candidates[].finishReason", "MAX_TOKENS"),
     ("ollama", "done_reason", "length"),
     ("llama.cpp", "stop_type", "limit"),
+)
+# SPEC §12: a provider's own refusal inside a successful (200) answer: (wire, path, values; empty = any
+# string there). Sources: OpenAI chat finish_reason "content_filter" and Responses incomplete_details
+# (platform.openai.com/docs/api-reference); Gemini promptFeedback.blockReason and finishReason SAFETY,
+# PROHIBITED_CONTENT, BLOCKLIST (ai.google.dev/api/generate-content#FinishReason); Anthropic stop_reason
+# "refusal" (docs.anthropic.com, handling stop reasons); Bedrock Converse stopReason
+# "guardrail_intervened" / "content_filtered" (docs.aws.amazon.com, Converse API StopReason).
+CONTENT_REFUSAL_STOP_REASONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("openai-chat", "choices[].finish_reason", ("content_filter",)),
+    ("openai-responses", "incomplete_details.reason", ("content_filter",)),
+    ("gemini", "promptFeedback.blockReason", ()),
+    ("gemini", "candidates[].finishReason", ("SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST")),
+    ("anthropic", "stop_reason", ("refusal",)),
+    ("bedrock-converse", "stopReason", ("guardrail_intervened", "content_filtered")),
 )
 SUCCESS_WIRE_PROVIDERS: dict[str, str] = {
     "openai-responses": "openai",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -57,7 +57,14 @@ __all__ = ["CAP_TARGETS", "GatewayModel", "Judgement", "RefusedBody", "Rejection
 
 #: Refused bodies remembered (newest kept): enough for every attempt of several recent turns.
 REFUSED_MEMORY = 32
-COUNT_FIELDS = ("configured_cap", "largest_accepted", "accepted_requests", "content_blocks", "header_faults")
+COUNT_FIELDS = (
+    "configured_cap",
+    "largest_accepted",
+    "accepted_requests",
+    "content_blocks",
+    "policy_blocks",
+    "header_faults",
+)
 DEFINITIVE_KINDS = frozenset({FailureKind.PAYLOAD_TOO_LARGE, FailureKind.WAF_REJECTION})
 
 
@@ -65,6 +72,7 @@ class Verdict(StrEnum):
     """What a rejected request means for the body cap."""
 
     SIZE_LIMIT = "size_limit"  # size-consistent evidence: compact under the learned cap
+    BLOCK = "block"  # a block page above every accepted size: size, content or policy — an experiment decides
     CONTENT_BLOCK = "content_block"  # refused at or below an accepted size: not a size problem
     HEADER_FAULT = "header_fault"  # HTTP 431: the headers, not the body
     RETRY = "retry"  # ambiguous, not (yet) correlated with size: one plain retry
@@ -136,8 +144,9 @@ class GatewayModel:
     ``learned_cap`` is the strategy's target inside the evidence's interval
     (``assumed_cap`` when it is the 4 MB guess of SPEC §6.1 for a rejection of unknown
     size). ``refused`` remembers the newest refused bodies (by ``body_key``), so none is
-    sent again. ``payload_notice_sent`` / ``uncapped_warning_sent`` are the once-per-session
-    flags of the payload notice message (§6.6) and the pre-flight warning (§7).
+    sent again; ``withheld`` the archive keys of content withheld because this gateway refused
+    it (SPEC §12: never resent through it). ``payload_notice_sent`` / ``uncapped_warning_sent``
+    are the once-per-session flags of the payload notice message (§6.6) and the pre-flight warning (§7).
     ``resolution`` (``Policy.retry_min_reduction``) is how finely the model resolves the
     gateway's limit: a body less than that share below a size-consistent rejection (and
     above every accepted size) counts as failing too — sending it would spend a request
@@ -155,7 +164,10 @@ class GatewayModel:
     refused: tuple[RefusedBody, ...] = ()
     accepted_requests: int = 0
     content_blocks: int = 0
+    policy_blocks: int = 0
     header_faults: int = 0
+    withheld: tuple[str, ...] = ()
+    block_readings: tuple[tuple[str, str], ...] = ()
     payload_notice_sent: bool = False
     uncapped_warning_sent: bool = False
 
@@ -300,6 +312,13 @@ class GatewayModel:
                 return Judgement(model, Verdict.CONTENT_BLOCK, failure, signature)
             return Judgement(self, Verdict.RETRY, failure, signature)  # a drop below an accepted size
         model = self
+        if failure.kind is FailureKind.WAF_REJECTION:
+            # SPEC §12: a block page above every accepted size may be size, content or policy. The
+            # model it would be if it is size is returned; the turn adopts it (size_rejected) only
+            # once an experiment confirms the size reading.
+            return Judgement(
+                self.size_rejected(signature, size, policy=policy), Verdict.BLOCK, failure, signature
+            )
         if not definitive:
             suspect = next((s for s in self.suspects if s.signature == signature), None)
             if suspect is not None and suspect.smallest_bytes <= size:  # it repeats at or above a size
@@ -328,6 +347,28 @@ class GatewayModel:
         entry = RefusedBody(key, size, verdict.value)
         kept = tuple(r for r in self.refused if r.key != key)[-(REFUSED_MEMORY - 1) :]
         return dataclasses.replace(self, refused=(*kept, entry))
+
+    def size_rejected(self, signature: str, size: int, *, policy: Policy) -> GatewayModel:
+        """A block of ``size`` bytes confirmed a size limit by its experiment (SPEC §12): the
+        rejection is recorded and the learned cap follows, as for a 413."""
+        model = dataclasses.replace(self, rejections=_recorded(self.rejections, signature, size))
+        return model._retarget(policy)
+
+    def reading(self, signature: str) -> str | None:
+        """What this gateway's blocks of ``signature`` turned out to be: ``"size"``, ``"content"`` or None."""
+        return next((reading for sig, reading in self.block_readings if sig == signature), None)
+
+    def read_block(self, signature: str, reading: str) -> GatewayModel:
+        """Remember what a block of ``signature`` turned out to be (the next one's first experiment)."""
+        if self.reading(signature) == reading:
+            return self
+        kept = tuple((sig, r) for sig, r in self.block_readings if sig != signature)
+        return dataclasses.replace(self, block_readings=(*kept, (signature, reading)))
+
+    def withhold(self, keys: Iterable[str]) -> GatewayModel:
+        """Content this gateway refused, by archive key: never resent through it (SPEC §12)."""
+        fresh = tuple(k for k in dict.fromkeys(keys) if k not in self.withheld)
+        return dataclasses.replace(self, withheld=(*self.withheld, *fresh)) if fresh else self
 
     def retract_to(self, earlier: GatewayModel) -> GatewayModel:
         """This model with ``earlier``'s size evidence, learned cap and payload-notice flag.
@@ -389,6 +430,16 @@ class GatewayModel:
                 values[name] = tuple(item(**entry) for entry in values.get(name, ()))
         except TypeError as exc:
             raise ConfigError(f"gateway state field {name!r} is malformed: {exc}") from exc
+        try:
+            values["block_readings"] = tuple(
+                (str(sig), str(r)) for sig, r in values.get("block_readings", ())
+            )
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"gateway state field 'block_readings' is malformed: {exc}") from exc
+        withheld = values.get("withheld", ())
+        if not isinstance(withheld, list | tuple) or not all(isinstance(k, str) for k in withheld):
+            raise ConfigError("gateway state field 'withheld' must be a list of archive keys")
+        values["withheld"] = tuple(withheld)
         return cls(**values)
 
 

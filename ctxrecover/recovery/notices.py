@@ -13,8 +13,18 @@ __all__ = [
     "ASSUMED_CAP_CODE",
     "ASSUMED_CAP_NOTICE",
     "CAP_LIFTED_NOTICE",
+    "BLOCK_BUDGET_NOTICE",
     "CONTENT_BLOCK_CODE",
     "CONTENT_BLOCK_NOTICE",
+    "CONTENT_FLOOR_CODE",
+    "CONTENT_REFUSED_CODE",
+    "CONTENT_REFUSED_NOTICE",
+    "CONTENT_FLOOR_NOTICE",
+    "CONTENT_WITHHELD_CODE",
+    "CONTENT_WITHHELD_NOTICE",
+    "POLICY_BLOCK_CODE",
+    "POLICY_BLOCK_NOTICE",
+    "WITHHELD_AGAIN_NOTICE",
     "FLOOR_NEAR_FAIL_NOTICE",
     "FLOOR_SMALLEST_FAIL_NOTICE",
     "FLOOR_TOOLS_FAIL_NOTICE",
@@ -86,6 +96,38 @@ CONTENT_BLOCK_NOTICE = (
     "size limit: payload cap unchanged, history not compacted. Likely trigger: the newest message "
     "(#%d, %s, %s) — remove or rephrase it, or ask the gateway's administrators which rule matched"
 )
+#: SPEC §12, one per culprit: the block's status and size, the part withheld (passes.withhold.part_label).
+CONTENT_WITHHELD_NOTICE = (
+    "⚠ The gateway blocked this request for its content (%s at %s): %s withheld and archived — recall it "
+    "locally; ask your security team to allow it"
+)
+#: Content identical to a part withheld earlier (the same file read again), withheld before sending.
+WITHHELD_AGAIN_NOTICE = (
+    "⚠ %s is identical to content the gateway refused earlier: withheld and archived before sending — "
+    "recall it locally; ask your security team to allow it"
+)
+#: SPEC §12: even a one-word request with no conversation content was refused (status, size).
+POLICY_BLOCK_NOTICE = (
+    "✖ The gateway refused even a one-word request carrying no conversation content (%s at %s): it refuses "
+    "this route or client, not this conversation — nothing was compacted and no cap was learned; check the "
+    "proxy's access rules for this route, then try again"
+)
+#: SPEC §12: the system prompt or the tool definitions themselves are refused (what, status, size).
+CONTENT_FLOOR_NOTICE = (
+    "✖ The gateway refuses the %s itself: a request of only it and a one-word message was blocked (%s at "
+    "%s) — no compaction can help; ask your security team to allow it, or change it"
+)
+#: SPEC §12: the turn's budget of blocked requests is spent (blocked, budget, where the search stopped).
+BLOCK_BUDGET_NOTICE = (
+    "✖ The gateway blocked %d requests of this turn for their content (budget %d, "
+    "CHATCLI_MAX_BLOCKED_REQUESTS): the refused content is among %s — set it aside, or ask your security "
+    "team which rule matched"
+)
+#: SPEC §12: the provider itself refused the content (its reason, as ``wire path = value``).
+CONTENT_REFUSED_NOTICE = (
+    "✖ The provider refused this request's content (%s): nothing was compacted or retried — rephrase it, "
+    "or remove what it flagged"
+)
 #: HTTP 431: header bytes (or "unknown size"), body bytes.
 HEADER_FAULT_NOTICE = (
     "✖ Gateway rejected the request headers (HTTP 431, %s of headers; body %s) — a header limit, not a "
@@ -142,6 +184,10 @@ FLOOR_WARNING_CODE = "payload_floor_warning"
 PREFLIGHT_CODE = "preflight"
 UNCAPPED_HISTORY_CODE = "uncapped_history"
 CONTENT_BLOCK_CODE = "content_block"
+CONTENT_WITHHELD_CODE = "content_withheld"
+CONTENT_REFUSED_CODE = "content_refused"
+POLICY_BLOCK_CODE = "policy_block"
+CONTENT_FLOOR_CODE = "content_floor"
 HEADER_FAULT_CODE = "header_fault"
 OUTPUT_LIMIT_CODE = "output_limit"
 

@@ -21,7 +21,6 @@ from ctxrecover.passes.turn import TurnPasses
 from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.recovery import GatewayModel, RecoveryLadder
 from ctxrecover.recovery.escalation import OutputEscalation
-from ctxrecover.recovery.probe import unmarked
 from ctxrecover.session.summarizer import resolve_summarizer
 from ctxrecover.summarize import ContextEngine, Summarizer
 from ctxrecover.turn import Conversation, Mode
@@ -290,7 +289,7 @@ class SessionBase:
         snapshot = conv.compactor.undo()
         if snapshot is None:
             return False
-        conv.history = unmarked(snapshot, conv.marked)
+        conv.history = snapshot
         return True
 
     # -- persistence --------------------------------------------------------------------------------

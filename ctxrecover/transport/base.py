@@ -14,7 +14,7 @@ import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ctxrecover.errors import CtxRecoverError
 from ctxrecover.messages import Message
@@ -68,6 +68,8 @@ class ChatRequest:
 
     ``headers`` and ``extra`` carry provider features such as Anthropic context
     editing (``anthropic-beta`` header + ``context_management`` body field).
+    ``purpose`` is ``"experiment"`` for a request whose answer the turn does not keep
+    (SPEC §12's tests of a block), else ``"turn"``; it is not part of the body.
     """
 
     messages: tuple[Message, ...]
@@ -75,6 +77,7 @@ class ChatRequest:
     tools: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    purpose: Literal["turn", "experiment"] = "turn"
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,7 +72,7 @@ class Checkpoint:
     context_window: int
     chars_per_token: float
     unproven: dict[int, Message]
-    marked: dict[int, tuple[Message, Message]]
+    last_accepted: tuple[Message, ...]
     escalation: OutputEscalation
     compactor: tuple[deque[list[Message]], int, dict[int, Message]]
 
@@ -83,9 +83,9 @@ class Conversation:
     State (replaced by the turn engine, persisted by :meth:`state`): ``history`` (a property
     that keeps the archive's pins in step), ``gateway``, the tool-result limits, the
     ``context_window`` and the calibrated ``chars_per_token``; ``unproven`` holds the
-    messages no accepted request carried yet (by id), ``marked`` the probe marks of the
-    last size experiment. Collaborators: ``policy``, ``events``, ``stats``, ``archive``,
-    ``passes``, ``compactor``, ``ladder``, ``escalation`` and ``classify``.
+    messages no accepted request carried yet (by id): a block's first suspects.
+    Collaborators: ``policy``, ``events``, ``stats``, ``archive``, ``passes``, ``compactor``,
+    ``ladder``, ``escalation`` and ``classify``.
     """
 
     def __init__(
@@ -119,7 +119,8 @@ class Conversation:
         self.compactor = compactor
         self.ladder = ladder
         self.escalation = escalation
-        self.gateway = gateway
+        self._gateway = gateway
+        self.archive.withheld = frozenset(gateway.withheld)
         self.classify = classify
         self.wire_format = wire_format
         self.model = model
@@ -136,9 +137,21 @@ class Conversation:
         self.env_reported = False
         self._history: list[Message] = []
         self.unproven: dict[int, Message] = {}
-        self.marked: dict[int, tuple[Message, Message]] = {}
+        #: The messages of the last request the gateway accepted (what a block's suspects are new to).
+        self.last_accepted: tuple[Message, ...] = ()
 
-    # -- the history --------------------------------------------------------------------------------
+    # -- the gateway and the history ------------------------------------------------------------------
+    @property
+    def gateway(self) -> GatewayModel:
+        """What the conversation learned of its gateway (a frozen value the engine replaces)."""
+        return self._gateway
+
+    @gateway.setter
+    def gateway(self, model: GatewayModel) -> None:
+        if model.withheld != self._gateway.withheld:  # refused content is never recalled through it
+            self.archive.withheld = frozenset(model.withheld)
+        self._gateway = model
+
     @property
     def history(self) -> list[Message]:
         """The live history (the engine replaces it; read it, do not change it in place)."""
@@ -184,7 +197,7 @@ class Conversation:
             context_window=self.context_window,
             chars_per_token=self.chars_per_token,
             unproven=self.unproven,
-            marked=self.marked,
+            last_accepted=self.last_accepted,
             escalation=copy.copy(self.escalation),
             compactor=compactor.checkpoint(),
         )
@@ -206,7 +219,7 @@ class Conversation:
         self.context_window = checkpoint.context_window
         self.chars_per_token = checkpoint.chars_per_token
         self.unproven = checkpoint.unproven
-        self.marked = checkpoint.marked
+        self.last_accepted = checkpoint.last_accepted
         self.escalation = checkpoint.escalation
         self.compactor.rollback(checkpoint.compactor)
 

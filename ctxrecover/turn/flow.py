@@ -21,6 +21,7 @@ One turn, in order:
 from __future__ import annotations
 
 from ctxrecover.cancel import CancelToken
+from ctxrecover.classify import content_refusal, refused
 from ctxrecover.compaction import MANUAL_KEEP_RECENT, CompactionReport
 from ctxrecover.messages import Message
 from ctxrecover.passes.parts import archive_images
@@ -28,7 +29,13 @@ from ctxrecover.transport import ChatResponse
 from ctxrecover.turn.actions import Flow, Send, is_provider_failure
 from ctxrecover.turn.answer import account, continuation, input_tokens
 from ctxrecover.turn.conversation import Conversation
-from ctxrecover.turn.rejection import TurnAttempts, adopt_gateway, answer_rejection, refuse_known_failure
+from ctxrecover.turn.rejection import (
+    TurnAttempts,
+    adopt_gateway,
+    answer_rejection,
+    content_refused_error,
+    refuse_known_failure,
+)
 from ctxrecover.turn.request import char_budget, prepare_request
 
 __all__ = ["manual_compaction_flow", "turn_flow"]
@@ -61,8 +68,12 @@ def turn_flow(
                 raise  # a bug (ours or the caller's), never disguised as a provider's failure
             request = yield from answer_rejection(conv, turn, exc, request, cancel)
             continue
+        refusal = content_refusal(response.raw)
+        if refusal is not None:  # the provider itself refused the content: never an answer, never retried
+            raise content_refused_error(conv, refused(refusal))
         account(conv, request, response)
         conv.unproven = {id(response.message): response.message}  # the answer was never sent
+        conv.last_accepted = request.messages
         adopt_gateway(conv, conv.gateway.accepted(response.request_bytes, policy=conv.policy), accepted=True)
         if turn.accepted():
             conv.stats.recoveries += 1

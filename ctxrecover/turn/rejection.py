@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from ctxrecover.cancel import CancelToken
 from ctxrecover.errors import (
     ContentBlockedError,
+    ContentRefusedError,
     PayloadFloorError,
     RecoveryExhausted,
     UnrecoverableFailure,
@@ -39,6 +40,8 @@ from ctxrecover.messages import Message
 from ctxrecover.passes.truncate import leading_system_count
 from ctxrecover.recovery import (
     CONTENT_BLOCK_CODE,
+    CONTENT_REFUSED_CODE,
+    CONTENT_REFUSED_NOTICE,
     HEADER_FAULT_CODE,
     MALFORMED_HISTORY_ATTEMPTS,
     OUTPUT_LIMIT_CODE,
@@ -47,11 +50,9 @@ from ctxrecover.recovery import (
     RECOVERABLE_FAILURE_CODE,
     GatewayModel,
     Judgement,
-    Level2,
     RecoveryContext,
     RecoveryLadder,
     Verdict,
-    body_key,
     cap_notice,
     recover,
     repair_malformed,
@@ -64,18 +65,17 @@ from ctxrecover.recovery.diagnosis import (
     least_history,
     lowered_max_tokens,
 )
-from ctxrecover.recovery.probe import CapProven, keep_from, mark_unproven, unmarked, unproven
 from ctxrecover.transport import ChatRequest
 from ctxrecover.turn.actions import Flow, Sleep
-from ctxrecover.turn.conversation import LIVE_HISTORY, Conversation
+from ctxrecover.turn.blocks import BlockSearch, find_and_withhold, new_parts, probe_route, size_or_content
+from ctxrecover.turn.conversation import Conversation
 from ctxrecover.turn.request import (
-    char_budget,
     history_request_bytes,
-    outgoing,
     prepare_request,
+    request_body_key,
     request_bytes,
 )
-from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, encode_request, request_size
+from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, request_size
 
 __all__ = [
     "LEARNED_WINDOW_NOTICE",
@@ -84,6 +84,7 @@ __all__ = [
     "BeforeRecovery",
     "TurnAttempts",
     "adopt_gateway",
+    "content_refused_error",
     "answer_rejection",
     "refuse_known_failure",
 ]
@@ -119,6 +120,7 @@ class TurnAttempts:
     output_lowerings: int = 0
     before_recovery: BeforeRecovery | None = None
     size_signatures: set[str] = field(default_factory=set)
+    blocked: int = 0
 
     def accepted(self) -> bool:
         """The gateway accepted a request: what the turn risked undoing is settled. True when
@@ -151,6 +153,8 @@ def answer_rejection(
         return (yield from _repair_and_retry(conv, turn, failure, request, exc, cancel))
     if failure.kind is FailureKind.OUTPUT_LIMIT:
         return _lower_max_tokens(conv, turn, failure, request, exc)
+    if failure.kind is FailureKind.CONTENT_REFUSED:
+        raise content_refused_error(conv, failure) from exc
     before = conv.gateway
     judged = before.judge(failure, request_bytes=size, policy=conv.policy, body=response_text(exc))
     failure = judged.failure
@@ -159,6 +163,14 @@ def answer_rejection(
         fault = header_fault_error(getattr(exc, "header_bytes", None), request_bytes(conv, request), failure)
         conv.events.notice(HEADER_FAULT_CODE, str(fault))
         raise fault from exc
+    if failure.kind is FailureKind.WAF_REJECTION and judged.verdict in (Verdict.BLOCK, Verdict.CONTENT_BLOCK):
+        settled = yield from _settle_block(conv, turn, judged, request, cancel)
+        if settled is not None:
+            return settled
+        # the experiments read it as size: the evidence they gathered, and this rejection, teach the cap
+        before = conv.gateway
+        learned = before.size_rejected(judged.signature, request_bytes(conv, request), policy=conv.policy)
+        judged = dataclasses.replace(judged, verdict=Verdict.SIZE_LIMIT, model=learned)
     if judged.verdict is Verdict.CONTENT_BLOCK:
         raise _content_block(conv, turn, judged, request) from exc
     if judged.verdict is Verdict.RETRY or failure.kind is FailureKind.TRANSIENT_NETWORK:
@@ -173,9 +185,7 @@ def answer_rejection(
         ) from exc
 
     announced = False
-    probe: tuple[int, ...] = ()
     if judged.verdict is Verdict.SIZE_LIMIT:
-        probe = _probe_indices(conv, turn, failure)
         if failure.notice:  # SPEC §6's order: the retry notice, then what the rejection teaches
             conv.events.notice(RECOVERABLE_FAILURE_CODE, failure.notice)
             announced = True
@@ -188,7 +198,9 @@ def answer_rejection(
         error = _floor_error(conv, turn, failure, request.max_tokens, warn=True)
         if error is not None:
             raise error from exc
-    conv.gateway = conv.gateway.refuse(_body_key(conv, request), request_bytes(conv, request), judged.verdict)
+    conv.gateway = conv.gateway.refuse(
+        request_body_key(conv, request), request_bytes(conv, request), judged.verdict
+    )
 
     retry = request
     while turn.attempts < conv.policy.max_recovery_attempts:
@@ -196,13 +208,9 @@ def answer_rejection(
         if not announced and failure.notice:
             conv.events.notice(RECOVERABLE_FAILURE_CODE, failure.notice)
         announced = True  # one notice per rejected request, however many levels it takes to retry
-        if probe:  # this attempt keeps what the gateway never accepted whole (recovery.probe)
-            retry = yield from _probe_retry(conv, turn, failure, probe, cancel)
-            probe = ()
-        else:
-            _recover(conv, failure, turn.attempts)
-            _learn_window(conv, failure)
-            retry = yield from prepare_request(conv, turn.max_tokens, cancel)
+        _recover(conv, failure, turn.attempts)
+        _learn_window(conv, failure)
+        retry = yield from prepare_request(conv, turn.max_tokens, cancel)
         if _known_failure(conv, retry) is None:
             return retry
     # Compaction did all it could: when its smallest request is still as large as a rejected one,
@@ -239,6 +247,13 @@ def refuse_known_failure(conv: Conversation, turn: TurnAttempts, request: ChatRe
     )
 
 
+def content_refused_error(conv: Conversation, failure: Failure) -> ContentRefusedError:
+    """The provider refused the content itself (SPEC §12): said once, raised with its reason."""
+    message = CONTENT_REFUSED_NOTICE % failure.evidence
+    conv.events.notice(CONTENT_REFUSED_CODE, message)
+    return ContentRefusedError(message, reason=failure.stop_reason or failure.evidence, failure=failure)
+
+
 def adopt_gateway(conv: Conversation, model: GatewayModel, *, accepted: bool = False) -> None:
     """Adopt ``model``; say so when the learned cap was set or moved (SPEC §6.1)."""
     notice = cap_notice(conv.gateway, model, accepted=accepted)
@@ -248,6 +263,48 @@ def adopt_gateway(conv: Conversation, model: GatewayModel, *, accepted: bool = F
 
 
 # -- the branches -------------------------------------------------------------------------------------
+
+
+def _settle_block(
+    conv: Conversation,
+    turn: TurnAttempts,
+    judged: Judgement,
+    request: ChatRequest,
+    cancel: CancelToken | None,
+) -> Flow[ChatRequest | None]:
+    """A block page (SPEC §12, :mod:`ctxrecover.turn.blocks`): the next request, with what the gateway
+    refused withheld, or None when the experiments read the block as a size limit (recovered the usual
+    way, the cap learned from it)."""
+    failure = judged.failure
+    size = request_bytes(conv, request)
+    turn.blocked += 1
+    conv.stats.content_blocks += 1
+    search = BlockSearch.start(conv, failure, size, turn.blocked, judged.signature)
+    try:
+        if conv.gateway.accepted_requests == 0 and not _base_over(conv, request, size):
+            floor = yield from probe_route(search)
+            if floor is not None:  # refused with the base, and as large without it: a size limit under it
+                conv.gateway = conv.gateway.size_rejected(judged.signature, floor, policy=conv.policy)
+                conv.gateway = conv.gateway.read_block(judged.signature, "size")
+                return None
+        if size > conv.gateway.largest_accepted:
+            if conv.gateway.reading(judged.signature) == "size":
+                return None  # this page was a size limit before: the size way, no experiment
+            new = new_parts(conv, request)
+            if not new or (yield from size_or_content(search, request, new)):
+                conv.gateway = conv.gateway.read_block(judged.signature, "size")
+                return None
+            return (yield from find_and_withhold(search, request, scope=new))
+        return (yield from find_and_withhold(search, request))
+    finally:
+        turn.blocked = search.blocked
+
+
+def _base_over(conv: Conversation, request: ChatRequest, size: int) -> bool:
+    """True when the non-compactable base (system prompt, tool definitions) is as large as the refused
+    request: every reading fails fast, and the size reading's floor diagnosis names it (SPEC §6.2)."""
+    system = conv.history[: leading_system_count(conv.history)]
+    return history_request_bytes(conv, system, request.max_tokens) >= size
 
 
 def _repair_and_retry(
@@ -313,7 +370,7 @@ def _content_block(
         _restore(conv, before)
         turn.before_recovery, turn.size_signatures = None, set()
     size = request_bytes(conv, request)
-    conv.gateway = model.refuse(_body_key(conv, request), size, Verdict.CONTENT_BLOCK)
+    conv.gateway = model.refuse(request_body_key(conv, request), size, Verdict.CONTENT_BLOCK)
     return _content_block_error(conv, turn, judged.failure.rejected_bytes or size, judged.failure)
 
 
@@ -378,86 +435,13 @@ def _learn_window(conv: Conversation, failure: Failure) -> None:
         conv.events.notice("learned_window", LEARNED_WINDOW_NOTICE % limit)
 
 
-# -- the size experiment (recovery.probe) -------------------------------------------------------------
-
-
-def _probe_indices(conv: Conversation, turn: TurnAttempts, failure: Failure) -> tuple[int, ...]:
-    """The messages the retry for a size reading keeps whole, to tell it from a content rule
-    (:mod:`ctxrecover.recovery.probe`): only for a WAF refusal (a 413 names the size; a 403
-    does not), the turn's first, and only when those messages fit under what the gateway
-    accepted with the system messages — else no retry keeping them could tell anything."""
-    if failure.kind is not FailureKind.WAF_REJECTION or turn.before_recovery is not None:
-        return ()
-    history = conv.history
-    indices = unproven(history, conv.unproven)
-    if not indices:
-        return ()
-    system = history[: leading_system_count(history)]
-    kept = [*system, *(history[i] for i in indices)]
-    if history_request_bytes(conv, kept, turn.max_tokens) > conv.gateway.largest_accepted:
-        return ()
-    return indices
-
-
-def _probe_retry(
-    conv: Conversation,
-    turn: TurnAttempts,
-    failure: Failure,
-    indices: tuple[int, ...],
-    cancel: CancelToken | None,
-) -> Flow[ChatRequest]:
-    """The recovery attempt for a WAF's size reading that keeps the unproven messages whole.
-
-    Marked ``preserve_verbatim`` for this attempt, they survive the ladder step and the
-    request's compaction while they fit the verbatim share of the budget (SPEC §5);
-    larger, the attempt keeps the conversation from the user message before the first of
-    them (:class:`~ctxrecover.recovery.Level2`, older messages archived, the proven ones cut
-    to the shrink floor: :class:`~ctxrecover.recovery.probe.CapProven`) and sends it without
-    further compaction. A retry larger than what the gateway accepted tells nothing: it is
-    compacted as usual.
-    """
-    history = conv.history
-    unproven_weight = sum(conv.passes.weight([history[i]]) for i in indices)
-    budget = char_budget(conv, max_tokens=turn.max_tokens)
-    share = budget * conv.policy.verbatim_budget_fraction
-    conv.history, marks = mark_unproven(history, indices)
-    conv.marked = marks
-    if unproven_weight <= share:
-        _recover(conv, failure, turn.attempts)
-        retry = yield from prepare_request(conv, turn.max_tokens, cancel)
-    else:
-        keep = keep_from(conv.history, indices[0])
-        _recover(conv, failure, turn.attempts, ladder=RecoveryLadder(Level2(keep=keep) + CapProven()))
-        retry = outgoing(conv, turn.max_tokens)
-    conv.history = unmarked(conv.history, marks)
-    conv.archive.track(LIVE_HISTORY, conv.history)
-    retry = dataclasses.replace(retry, messages=tuple(unmarked(retry.messages, marks)))
-    if request_bytes(conv, retry) > conv.gateway.largest_accepted:
-        retry = yield from prepare_request(
-            conv, turn.max_tokens, cancel
-        )  # it tells nothing: compact as usual
-    return retry
-
-
 # -- what is known to fail ------------------------------------------------------------------------------
-
-
-def _body_key(conv: Conversation, request: ChatRequest) -> str:
-    body = encode_request(
-        request.messages,
-        conv.wire_format,
-        model=conv.model,
-        max_tokens=request.max_tokens,
-        tools=request.tools,
-        extra=request.extra or None,
-    )
-    return body_key(body)
 
 
 def _known_failure(conv: Conversation, request: ChatRequest) -> tuple[int, str] | None:
     """(size, why) when ``request`` is known to fail — too large, or a refused body — else None."""
     size = request_bytes(conv, request)
-    refused = conv.gateway.refusal(size, lambda: _body_key(conv, request))
+    refused = conv.gateway.refusal(size, lambda: request_body_key(conv, request))
     if refused is not None:
         return size, refused.verdict
     if conv.gateway.known_too_large(size):

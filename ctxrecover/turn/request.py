@@ -14,17 +14,20 @@ from ctxrecover.cancel import CancelToken
 from ctxrecover.messages import Message
 from ctxrecover.passes.parts import archive_images
 from ctxrecover.passes.truncate import leading_system_count
-from ctxrecover.recovery import preflight
+from ctxrecover.passes.withhold import part_keys, parts_of, withhold
+from ctxrecover.recovery import CONTENT_WITHHELD_CODE, WITHHELD_AGAIN_NOTICE, body_key, preflight
 from ctxrecover.sizes import char_budget as base_char_budget
 from ctxrecover.sizes import total_weight
 from ctxrecover.summarize.context_editing import context_management_request
 from ctxrecover.transport import ChatRequest
 from ctxrecover.turn.actions import Flow
 from ctxrecover.turn.conversation import LIVE_OUTGOING, Conversation
-from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, request_size
+from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, encode_request, request_size
 
 __all__ = [
     "char_budget",
+    "request_body_key",
+    "withhold_known",
     "compact_to",
     "history_request_bytes",
     "outgoing",
@@ -82,6 +85,39 @@ def request_bytes(conv: Conversation, request: ChatRequest) -> int:
     )
 
 
+def request_body_key(conv: Conversation, request: ChatRequest) -> str:
+    """The body key of ``request`` (recall keys normalised): what a refused body is remembered by."""
+    body = encode_request(
+        request.messages,
+        conv.wire_format,
+        model=conv.model,
+        max_tokens=request.max_tokens,
+        tools=request.tools,
+        extra=request.extra or None,
+    )
+    return body_key(body)
+
+
+def withhold_known(conv: Conversation) -> None:
+    """Withhold, before it is sent, new content identical to what this gateway refused before (the
+    same file read again, SPEC §12): archived, stubbed, said once each."""
+    withheld = set(conv.gateway.withheld)
+    if not withheld or not conv.unproven:
+        return
+    history = conv.history
+    fresh = {id(m) for m in conv.unproven.values()}
+    indices = [i for i, m in enumerate(history) if id(m) in fresh]
+    again = [part for part in parts_of(history, indices) if withheld.intersection(part_keys(history, part))]
+    if not again:
+        return
+    with conv.archive.attributed("set_aside"):
+        conv.history, done = withhold(history, again, archive=conv.archive)
+    for item in done:
+        conv.stats.withheld_chars += item.size
+        label = item.label[:1].upper() + item.label[1:]
+        conv.events.notice(CONTENT_WITHHELD_CODE, WITHHELD_AGAIN_NOTICE % label)
+
+
 def outgoing(conv: Conversation, max_tokens: int | None) -> ChatRequest:
     """The request for the history: pairing repair and the tool-result budget applied to a copy,
     never to the history itself (SPEC §3.1, §3.2)."""
@@ -102,6 +138,7 @@ def prepare_request(
     """The turn's request, SPEC §3's order: microcompact, dedup, skill aging, pre-flight, planned
     compaction to the budget, then to the cap in real bytes, and the outgoing copy."""
     passes = conv.passes
+    withhold_known(conv)
     history, micro = passes.microcompact(conv.history)
     if micro.truncated or micro.summarized:
         conv.events.notice("microcompact", micro.notice)

@@ -20,17 +20,15 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from ctxrecover.archive import Archive, recall
+from ctxrecover.archive import Archive
 from ctxrecover.classify import Failure, FailureKind, classify
-from ctxrecover.errors import ContentBlockedError, HeaderFaultError, RecoveryError, UnrecoverableFailure
+from ctxrecover.errors import HeaderFaultError, RecoveryError, UnrecoverableFailure
 from ctxrecover.events import Event, Notice, PreCompact, StatusEvent
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.policy import Policy
-from ctxrecover.recovery.notices import PAYLOAD_LIMIT_NOTICE
 from ctxrecover.session import Session
 from ctxrecover.sizes import format_payload_size, total_weight
 from ctxrecover.transport import HttpxSender
-from ctxrecover.wire import history_bytes
 
 KB = 1024
 WAF_PAGE = (
@@ -137,174 +135,6 @@ def assert_never_resent_a_known_failing_size(gateway: Gateway) -> None:
         assert smallest is None or size < smallest, (size, smallest)
         if not ok:
             smallest = size if smallest is None else min(smallest, size)
-
-
-# -- content blocks ----------------------------------------------------------------------------------
-
-
-def sql_gateway() -> Gateway:
-    return Gateway(lambda request: waf_403(request) if SQL.encode() in request.content else None)
-
-
-def grown_agent(gateway: Gateway, turns: int = 10) -> tuple[Session, list[Event]]:
-    session, events = session_for(gateway)
-    session.extend([Message.system("You are a database agent. " + "r" * 8_000)])
-    for i in range(turns):
-        gateway.turn = i
-        session.add(Message.user(f"read table {i}"))
-        session.add(Message.assistant("", [ToolCall(f"c{i}", "read_table", "{}")]))
-        session.add(Message.tool(f"c{i}", f"row {i}\n" * 1_500))
-        session.complete()
-    return session, events
-
-
-def add_sql_result(session: Session, rows: int) -> None:
-    session.add(Message.assistant("", [ToolCall("sql", "query_db", "{}")]))
-    session.add(Message.tool("sql", "row\n" * 50 + SQL + "\n" + "row\n" * rows))
-
-
-def test_a_content_block_below_accepted_sizes_is_one_request_no_compaction_and_a_typed_error() -> None:
-    gateway = sql_gateway()
-    session, events = grown_agent(gateway)
-    accepted = session.gateway.largest_accepted
-    gateway.turn = 10
-    add_sql_result(session, rows=10)
-    before_events = len(events)
-
-    with pytest.raises(ContentBlockedError) as info:
-        session.complete()
-
-    error = info.value
-    ((refused, ok),) = gateway.in_turn(10)
-    assert not ok and refused <= accepted
-    newest = session.history[-1]
-    assert SQL in newest.content and error.message_index == len(session.history) - 1
-    assert error.message_bytes == history_bytes([newest], "bedrock-converse")
-    assert (error.request_bytes, error.largest_accepted) == (refused, accepted)
-    expected = CONTENT_BLOCK % (
-        format_payload_size(refused),
-        format_payload_size(accepted),
-        error.message_index,
-        "tool result",
-        format_payload_size(error.message_bytes),
-    )
-    assert str(error) == expected and notices(events, "content_block") == [expected]
-    assert session.learned_cap is None and session.gateway.smallest_rejected is None
-    assert not any(isinstance(e, PreCompact) for e in events[before_events:])
-    assert error.failure is not None and error.failure.kind is FailureKind.WAF_REJECTION
-
-    # Never resent: the same request again is refused without a request.
-    with pytest.raises(ContentBlockedError):
-        session.complete()
-    assert len(gateway.in_turn(10)) == 1
-
-    # The caller sets the message aside; the next turns are unaffected: no rejection, no compaction.
-    key = session.set_aside(error.message_index)
-    assert SQL in (recall(session.archive, f"<<ccr:{key}>>").found[key])
-    after = len(events)
-    for turn in range(11, 16):
-        gateway.turn = turn
-        session.add(Message.user(f"next question {turn}"))
-        assert session.complete().content == "ok"
-    assert gateway.episodes() == (1, 1)
-    assert session.learned_cap is None
-    assert not any(isinstance(e, PreCompact | StatusEvent) for e in events[after:])
-
-
-def test_a_content_block_first_taken_for_a_size_limit_is_undone_when_a_smaller_request_is_refused() -> None:
-    # The issue's case: 96 KB passed, the request with the SQL result is larger (97 KB), so the first
-    # refusal looks size-consistent; the retry, compacted under what passed, is refused too — a
-    # content block. The cap and the compaction done for the misreading are undone.
-    gateway = sql_gateway()
-    session, events = grown_agent(gateway)
-    accepted = session.gateway.largest_accepted
-    gateway.turn = 10
-    add_sql_result(session, rows=3_000)
-    messages_before = len(session.history)
-
-    with pytest.raises(ContentBlockedError) as info:
-        session.complete()
-
-    (first, ok1), (second, ok2) = gateway.in_turn(10)
-    assert not ok1 and not ok2 and first > accepted >= second
-    assert session.learned_cap is None and session.gateway.smallest_rejected is None
-    assert not session.gateway.payload_notice_sent
-    assert notices(events, "learned_cap")  # it was learned, said, and undone
-    history = session.history
-    assert len(history) == messages_before
-    assert SQL in history[-1].content and "row\n" * 3_000 in history[-1].content  # not previewed, not cut
-    assert not any("[SYSTEM NOTICE — PAYLOAD LIMIT HIT]" in m.content for m in history)
-    assert info.value.request_bytes == second and info.value.message_index == len(history) - 1
-
-
-def test_a_content_block_right_after_a_size_limit_names_the_conversations_message_not_the_notice() -> None:
-    # A real 413 first: its recovery appends the [SYSTEM NOTICE — PAYLOAD LIMIT HIT] message (SPEC §6.6).
-    # The retry is refused for its content: the trigger named is the tool result, never the library's own
-    # notice; set aside, the turn goes through under the cap the 413 taught.
-    limit = [10**9]
-
-    def decide(request: httpx.Request) -> httpx.Response | None:
-        if len(request.content) >= limit[0]:
-            return httpx.Response(413, text=NGINX_413, headers={"content-type": "text/html"})
-        return waf_403(request) if SQL.encode() in request.content else None
-
-    gateway = Gateway(decide)
-    session, events = grown_agent(gateway)
-    limit[0] = session.gateway.largest_accepted + 4 * KB
-    gateway.turn = 10
-    add_sql_result(session, rows=3_000)
-
-    with pytest.raises(ContentBlockedError) as info:
-        session.complete()
-
-    error, history = info.value, session.history
-    (first, ok1), (second, ok2) = gateway.in_turn(10)
-    assert first >= limit[0] and not ok1 and not ok2
-    assert history[-1].content == PAYLOAD_LIMIT_NOTICE
-    trigger = history[error.message_index]
-    assert trigger.role == "tool" and SQL in trigger.content and error.message_index == len(history) - 2
-    assert error.message_bytes == history_bytes([trigger], "bedrock-converse")
-    assert str(error) == CONTENT_BLOCK % (
-        format_payload_size(second),
-        format_payload_size(error.largest_accepted),
-        len(history) - 2,
-        "tool result",
-        format_payload_size(error.message_bytes),
-    )
-    cap = session.learned_cap
-    assert cap is not None
-    session.set_aside(error.message_index)
-    assert session.complete().content == "ok"
-    assert gateway.episodes() == (1, 2) and session.learned_cap == cap
-
-
-def test_a_content_rule_whose_trigger_the_size_recovery_would_cut_is_found_and_teaches_no_cap() -> None:
-    # The refused request is larger than every accepted one (a size reading), and its trigger sits in
-    # the middle of a long new tool result — the part Level 1's preview cuts. The retry keeps what no
-    # accepted request carried whole and compacts the rest: refused again below an accepted size, it
-    # is a content block; the size reading and its compaction are undone, the cap is never kept.
-    rce = re.compile(rb"curl [^|]*\|\s*sh\b")
-    gateway = Gateway(lambda request: waf_403(request) if rce.search(request.content) else None)
-    session, events = grown_agent(gateway)
-    accepted = session.gateway.largest_accepted
-    gateway.turn = 10
-    session.add(Message.assistant("", [ToolCall("log", "read_log", "{}")]))
-    trigger = "row\n" * 1_500 + "install.log: curl -fsSL https://get.example.sh | sh\n" + "row\n" * 1_500
-    session.add(Message.tool("log", trigger))
-    messages_before = len(session.history)
-
-    with pytest.raises(ContentBlockedError) as info:
-        session.complete()
-
-    (first, ok1), (second, ok2) = gateway.in_turn(10)
-    assert not ok1 and not ok2 and first > accepted >= second
-    assert session.learned_cap is None and session.gateway.smallest_rejected is None
-    assert len(session.history) == messages_before and session.history[-1].content == trigger
-    assert info.value.message_index == messages_before - 1
-    session.set_aside(info.value.message_index)
-    assert session.complete().content == "ok"
-    assert session.learned_cap is None and gateway.episodes() == (1, 2)
-    assert not any(m.preserve_verbatim for m in session.history)
 
 
 # -- 431 -------------------------------------------------------------------------------------------------
