@@ -62,7 +62,7 @@ from simulator.research.baselines import (
 )
 from simulator.research.metrics import RUN_COLUMNS, AttemptRecord, records_to_frame
 from simulator.research.report import ATTEMPTS_CSV, MANIFEST_JSON, SUMMARY_CSV, write_report
-from simulator.research.run_files import code_version, write_manifest
+from simulator.research.run_files import code_version, scenario_entry, write_manifest
 from simulator.transcripts.loaders import Transcript
 from simulator.workloads import load_named_transcript, workload_transcript
 
@@ -567,16 +567,7 @@ def _write_outputs(
             }
             for name, policy, strategy in resolved
         ],
-        "scenarios": [
-            {
-                "name": s.name,
-                "source": str(s.source) if s.source else None,
-                "sha256": _scenario_hash(s),
-                "description": s.description,
-                "policy_overrides": s.policy_overrides(),
-            }
-            for s in scenarios.values()
-        ],
+        "scenarios": [{**scenario_entry(s), "sha256": _scenario_hash(s)} for s in scenarios.values()],
         "transcripts": [
             {"name": t.name, "source": t.source_path, "format": t.format, "sha256": t.sha256}
             for t in {t.sha256: t for t in loaded.loaded.values()}.values()
