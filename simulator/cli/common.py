@@ -42,6 +42,10 @@ EXTRA_OF_MODULE: MappingProxyType[str, str] = MappingProxyType(
         "openai": "sdks",
         "dask": "dask",
         "distributed": "dask",
+        "optuna": "tune",
+        "papermill": "notebooks",
+        "nbformat": "notebooks",
+        "opentelemetry": "otel",
     }
 )
 RUNS_DIR = Path("runs")
