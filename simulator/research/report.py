@@ -45,7 +45,9 @@ from simulator.research.figures import (
     require_columns,
     summarizer_cost,
 )
+from simulator.research.objectives import knob_response
 from simulator.research.pareto import cost_vs_fact_survival
+from simulator.research.response import RESPONSE_FILE, knob_response_figure
 
 __all__ = [
     "ATTEMPTS_CSV",
@@ -84,6 +86,8 @@ FIGURE_FILES: Mapping[str, str] = MappingProxyType(
     }
 )
 TABLE_STEMS: tuple[str, ...] = ("comparison", "runs", "episodes")  # each written as .csv and .md
+RESPONSE_TABLE = "knob-response"  # a sweep's or tune's knobs against each objective (.csv and .md)
+TUNE_DEFAULT, TUNE_TRIAL = "default", "trial-{number}"  # how a tune's run directory names its policies
 # A CSV may leave timing out; one written before recovery levels had their own column lacks them.
 ADDED_LATER: tuple[str, ...] = ("recovery_level",)  # read as NA from an older table
 OPTIONAL_ATTEMPT_COLUMNS = frozenset({"notices", "elapsed_ms", *ADDED_LATER})
@@ -413,8 +417,10 @@ def write_report(
     scenario's provider window when the manifest records it), the outcome matrix (when runs
     carry their expected outcome, or there are failure episodes), rejected requests per
     episode (when there are failure episodes), the summarizer cost, the cost/fact-survival
-    Pareto scatter (when runs carry ``fact_survival``), and the ``comparison``, ``runs`` and
-    ``episodes`` tables as CSV and markdown. Deterministic: the same directory gives the same bytes.
+    Pareto scatter (when runs carry ``fact_survival`` and there are several policies), for a sweep or
+    tune each knob against each objective (``knob-response`` table and one figure per objective), and
+    the ``comparison``, ``runs`` and ``episodes`` tables as CSV and markdown. A tune's budget curves are
+    its default's and its chosen trial's. Deterministic: the same directory gives the same bytes.
     """
     unknown = [fmt for fmt in formats if fmt not in SAVE_METADATA]
     if unknown or not formats:
@@ -427,7 +433,10 @@ def write_report(
     written: list[Path] = []
     windows = _provider_windows(data.manifest)
     identity = data.attempts.drop_duplicates("run_id").set_index("run_id")
+    drawn = _budget_policies(data.manifest)
     for run_id, run in identity.iterrows():
+        if drawn is not None and str(run["policy"]) not in drawn:
+            continue
         window = windows.get(str(run["scenario"]))
         figure = budget_curve(data.attempts, run_id=str(run_id), provider_window=window)
         stem = budget_stem(
@@ -447,6 +456,21 @@ def write_report(
         written += _save(
             cost_vs_fact_survival(summaries), target / FIGURE_FILES["cost_vs_fact_survival"], formats
         )
+    knobs = [name for name in data.manifest.get("knob_columns", ()) if name in summaries]
+    if knobs and "seed" in summaries:
+        response = knob_response(summaries, knobs)
+        written += _write_table(response, target / RESPONSE_TABLE)
+        for objective in dict.fromkeys(response["objective"]):
+            figure_stem = target / RESPONSE_FILE.format(objective=objective.replace("_", "-"))
+            written += _save(knob_response_figure(response, objective), figure_stem, formats)
     for stem, table in zip(TABLE_STEMS, (comparison_table(summaries), summaries, found), strict=True):
         written += _write_table(table, target / stem)
     return written
+
+
+def _budget_policies(manifest: Mapping[str, Any]) -> set[str] | None:
+    """The policies whose runs get budget curves: a tune's default and chosen trial; else every one."""
+    if manifest.get("kind") != "tune":
+        return None
+    chosen = manifest.get("chosen_trial")
+    return {TUNE_DEFAULT, *([TUNE_TRIAL.format(number=chosen)] if chosen is not None else [])}

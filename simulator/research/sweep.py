@@ -43,7 +43,7 @@ import json
 import multiprocessing
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +82,9 @@ __all__ = [
     "read_cached",
     "rows_frame",
     "run_one",
+    "scenario_list",
     "sweep",
+    "transcript_list",
     "write_cached",
     "write_outputs",
 ]
@@ -343,7 +345,8 @@ def executor_for(
         yield pool
 
 
-def _scenarios(scenarios: str | Scenario | Iterable[str | Path | Scenario] | None) -> list[Scenario]:
+def scenario_list(scenarios: str | Scenario | Iterable[str | Path | Scenario] | None) -> list[Scenario]:
+    """Scenarios by name, path or object (a comma-separated string too); None: every bundled one."""
     if scenarios is None:
         items: list[str | Path | Scenario] = list(list_scenarios())
     elif isinstance(scenarios, str | Scenario):
@@ -356,9 +359,10 @@ def _scenarios(scenarios: str | Scenario | Iterable[str | Path | Scenario] | Non
     return loaded
 
 
-def _transcript_items(
+def transcript_list(
     transcripts: str | Transcript | Iterable[str | Path | Transcript] | None,
 ) -> list[str | Transcript | None]:
+    """Transcripts by name, path or object (a comma-separated string too); None: each scenario's own."""
     if transcripts is None:
         return [None]
     if isinstance(transcripts, str | Transcript):
@@ -447,15 +451,17 @@ def sweep(
     for _name, policy, _strategy in resolved:
         for point in points:
             policy.replace(**point)  # raises ConfigError naming the field or value
-    scenario_list = _scenarios(scenarios)
-    transcript_items = _transcript_items(transcripts)
+    scenario_objects = scenario_list(scenarios)
+    transcript_items = transcript_list(transcripts)
     seed_list = list(seeds)
     if not seed_list or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seed_list):
         raise ConfigError(f"seeds must be integers >= 0, got {seed_list!r}")
 
     code = code_hash()
     loaded = Transcripts()
-    specs = plan_runs(resolved, points, scenario_list, transcript_items, seed_list, code=code, loaded=loaded)
+    specs = plan_runs(
+        resolved, points, scenario_objects, transcript_items, seed_list, code=code, loaded=loaded
+    )
 
     cache = Path(cache_dir) if cache_dir is not None else Path(out_dir) / CACHE_DIR if out_dir else None
     payloads: dict[str, dict[str, Any]] = {}
@@ -512,7 +518,7 @@ def sweep(
                 "random": random,
                 "seed": seed,
                 "policies": [name for name, _p, _s in resolved],
-                "scenarios": [s.name for s in scenario_list],
+                "scenarios": [s.name for s in scenario_objects],
                 "transcripts": [_transcript_label(t) for t in transcript_items],
                 "seeds": seed_list,
             },
@@ -526,7 +532,7 @@ def sweep(
 
 
 def plan_runs(
-    resolved: list[tuple[str, Policy, Strategy | None]],
+    resolved: Sequence[tuple[str, Policy, Strategy | None]],
     points: list[dict[str, Any]],
     scenarios: list[Scenario],
     transcripts: list[str | Transcript | None],
