@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import tomllib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +59,7 @@ POLICY_PRESETS: MappingProxyType[str, Policy] = MappingProxyType(
 )
 POLICY_SIZE_FIELDS = frozenset({"assumed_payload_cap", "payload_cap", "uncapped_warning_bytes"})
 NONE_WORDS = frozenset({"none", "null"})
+POLICY_FILE_SUFFIXES = (".json", ".toml")
 BOOL_WORDS: MappingProxyType[str, bool] = MappingProxyType({"true": True, "false": False})
 
 
@@ -168,7 +170,7 @@ def coerce_policy_value(name: str, raw: str, annotation: str, option: str = "--p
 def policy_from_spec(spec: str) -> tuple[Policy, str]:
     """A policy and its name from ``default``, ``chat``, a JSON file or ``key=value,...``.
 
-    A JSON file holds an object of Policy field overrides (``"base": "chat"`` picks
+    A JSON (or TOML) file holds an object of Policy field overrides (``"base": "chat"`` picks
     the preset they apply to); ``key=value`` pairs override the default policy.
     Raises :class:`~ctxrecover.errors.ConfigError` naming the file or field.
 
@@ -191,17 +193,25 @@ def policy_from_spec(spec: str) -> tuple[Policy, str]:
             overrides[key] = coerce_policy_value(key, value, fields[key])
         return DEFAULT_POLICY.replace(**overrides), spec
     path = Path(spec)
-    if path.suffix != ".json" and not path.is_file():
+    if path.suffix not in POLICY_FILE_SUFFIXES and not path.is_file():
         raise ConfigError(
-            f"unknown --policy {spec!r}: use {', '.join(POLICY_PRESETS)}, a .json file of Policy fields, "
-            "or key=value,... overrides"
+            f"unknown --policy {spec!r}: use {', '.join(POLICY_PRESETS)}, a .json or .toml file of Policy "
+            "fields, or key=value,... overrides"
         )
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read policy file: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    if path.suffix == ".toml":  # what `ctxsim tune` writes (policy.toml)
+        try:
+            document = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    else:
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
     if not isinstance(document, dict):
         raise ConfigError(f"{path}: a policy file must hold a JSON object of Policy fields")
     base = document.pop("base", "default")
@@ -247,7 +257,8 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         default="default",
-        help="default (the default), chat, a .json file of Policy fields, or key=value,...",
+        help="default (the default), chat, a .json or .toml file of Policy fields (ctxsim tune writes "
+        "policy.toml), or key=value,...",
     )
     parser.add_argument(
         "--seed",

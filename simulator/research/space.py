@@ -58,9 +58,17 @@ def field_kind(name: str) -> str:
     return annotation.replace(" | None", "")
 
 
-def resolve_space(names: Iterable[str] | None = None) -> dict[str, Knob]:
-    """The knobs to search: ``names`` (default: all of :data:`SEARCH_SPACE`), each checked against its
-    Policy field (an unknown or unsearchable name is a :class:`ConfigError` listing the valid ones)."""
+def resolve_space(names: Iterable[str] | Mapping[str, Knob] | None = None) -> dict[str, Knob]:
+    """The knobs to search: ``names`` (default: all of :data:`SEARCH_SPACE`; an unknown or unsearchable
+    name is a :class:`ConfigError` listing the valid ones), or a space of your own — Policy field →
+    :class:`Knob` — checked against the Policy fields."""
+    if isinstance(names, Mapping):
+        fields = set(Policy.fields())
+        strange = [name for name in names if name not in fields or not isinstance(names[name], Knob)]
+        if strange or not names:
+            shown = ", ".join(strange) or "an empty space"
+            raise ConfigError(f"tune: a search space maps Policy fields to Knob values; not that: {shown}")
+        return dict(names)
     chosen = list(SEARCH_SPACE) if names is None else [name.strip() for name in names if name.strip()]
     unknown = [name for name in chosen if name not in SEARCH_SPACE]
     if unknown or not chosen:

@@ -10,8 +10,9 @@ A multi-objective study (:data:`simulator.research.objectives.OBJECTIVES`: summa
 survival, rejected requests, failed turns) over the knobs of
 :data:`simulator.research.space.SEARCH_SPACE`, under two constraints (no char lost; a recovery rate at
 least the default's, :data:`~simulator.research.objectives.CONSTRAINTS`) handed to the sampler with
-``Trial.set_constraint``. The default policy is trial 0, measured on the same runs: it is the
-reference of the recovery constraint and the policy every other is compared with.
+``Trial.set_constraint``. The default policy is measured first, on the same runs: it is the
+reference of the recovery constraint and the policy every other is compared with. It is run beside
+the study (its values need not lie in the search space), as the ``default`` row of the trials.
 
 - **Trials** replay every scenario × transcript × seed with their knobs (the runs of
   :func:`simulator.research.sweep.run_one`, cached in ``out_dir/cache`` and shared with sweeps). A
@@ -55,7 +56,7 @@ from simulator.research.objectives import (
     dominates,
     objective_values,
 )
-from simulator.research.space import policy_for, resolve_space, suggest
+from simulator.research.space import Knob, policy_for, resolve_space, suggest
 from simulator.research.sweep import (
     RunSpec,
     Transcripts,
@@ -90,7 +91,7 @@ TUNE_FILES: Mapping[str, str] = MappingProxyType(
         "toml": "policy.toml",
     }
 )
-ROLE_ATTR, DEFAULT_ROLE = "role", "default"
+DEFAULT_ROLE = "default"
 KNOBS_ATTR, PRUNED_ATTR, DEFINITION_ATTR = "knobs", "pruned_because", "definition"
 #: Objectives by importance when several trials beat the default: fewer failed turns first.
 CHOICE_ORDER: tuple[str, ...] = (
@@ -128,7 +129,7 @@ class TuneResult:
 
 @dataclass(slots=True)
 class _Trial:
-    trial: optuna.Trial
+    trial: optuna.Trial | None  # None for the default's runs
     knobs: dict[str, Any]
     specs: list[RunSpec]
     payloads: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -210,7 +211,7 @@ def tune(
     scenarios: str | Scenario | Iterable[str | Path | Scenario] | None = None,
     transcripts: str | Transcript | Iterable[str | Path | Transcript] | None = None,
     seeds: Iterable[int] = (0,),
-    space: Iterable[str] | None = None,
+    space: Iterable[str] | Mapping[str, Knob] | None = None,
     seed: int = 0,
     executor: concurrent.futures.Executor | None = None,
     workers: int | None = None,
@@ -253,10 +254,7 @@ def tune(
     with _quiet_optuna():
         study = _study(out, seed, definition)
         _resume(study)
-        done = [t for t in _finished(study) if t.user_attrs.get(ROLE_ATTR) != DEFAULT_ROLE]
-        if not any(t.user_attrs.get(ROLE_ATTR) == DEFAULT_ROLE for t in _finished(study)):
-            defaults = {name: getattr(DEFAULT_POLICY, name) for name in knobs_space}
-            study.enqueue_trial(defaults, user_attrs={ROLE_ATTR: DEFAULT_ROLE})
+        done = _finished(study)
         cache = None if out is None else out / CACHE_DIR
         with executor_for(executor, workers, dask) as pool:
             runner = _Runner(study, pool or _InProcess(), cache, specs_for, knobs_space, prune)
@@ -288,43 +286,40 @@ class _Runner:
         self.payloads: dict[str, dict[str, Any]] = {}  # every run seen, by key
         self.default_runs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
         self.reference_rate = 1.0
+        self.default_knobs: dict[str, Any] = {}
+        self.default_rows: pd.DataFrame | None = None
 
     def _ask(self) -> _Trial:
         trial = self.study.ask()
         knobs, _policy = policy_for(suggest(trial, self.space))
         trial.set_user_attr(KNOBS_ATTR, dict(knobs))
         pending = _Trial(trial, knobs, self.specs_for(knobs))
+        self._submit(pending)
+        return pending
+
+    def _submit(self, pending: _Trial) -> None:
         for spec in pending.specs:
             cached = read_cached(self.cache, spec) if self.cache is not None else None
             if cached is not None:
                 pending.payloads[spec.key] = cached
             else:
                 pending.futures.append(self.pool.submit(run_one, spec))
-        return pending
 
     def reference(self) -> None:
-        """Run (or read back) the default's trial: the recovery rate to meet and the runs to compare."""
-        from optuna.trial import TrialState
-
-        finished = [t for t in _finished(self.study) if t.user_attrs.get(ROLE_ATTR) == DEFAULT_ROLE]
-        if finished:
-            knobs = dict(finished[0].user_attrs[KNOBS_ATTR])
-            specs = self.specs_for(knobs)
-            found = {spec.key: read_cached(self.cache, spec) if self.cache else None for spec in specs}
-            payloads = {key: payload for key, payload in found.items() if payload is not None}
-            missing = [spec for spec in specs if spec.key not in payloads]
-            payloads |= {spec.key: run_one(spec) for spec in missing}
-        else:
-            pending = self._ask()
-            self._wait(pending, prunable=False)
-            payloads = pending.payloads
-            self._tell(pending, TrialState.COMPLETE)
+        """Run (or read back from the cache) the default's runs: the recovery rate to meet, the runs
+        to compare with."""
         import pandas as pd
 
-        rows = pd.DataFrame([payload["row"] for payload in payloads.values()])
-        self.reference_rate = 1 - constraint_values(rows, reference_rate=1.0)["recovery_shortfall"]
-        self.payloads |= payloads
-        self.default_runs = {_run_of(p["row"]): p["row"] for p in payloads.values()}
+        self.default_knobs = {name: getattr(DEFAULT_POLICY, name) for name in self.space}
+        pending = _Trial(None, self.default_knobs, self.specs_for(self.default_knobs))
+        self._submit(pending)
+        self._wait(pending, prunable=False)
+        self.default_rows = pd.DataFrame([pending.payloads[spec.key]["row"] for spec in pending.specs])
+        self.reference_rate = (
+            1 - constraint_values(self.default_rows, reference_rate=1.0)["recovery_shortfall"]
+        )
+        self.payloads |= pending.payloads
+        self.default_runs = {_run_of(p["row"]): p["row"] for p in pending.payloads.values()}
 
     def _wait(self, pending: _Trial, *, prunable: bool) -> str | None:
         """Collect ``pending``'s runs; the reason it was pruned, or None when every run finished."""
@@ -360,6 +355,7 @@ class _Runner:
         from optuna.trial import TrialState
 
         self.payloads |= pending.payloads
+        assert pending.trial is not None  # the default's runs are never told
         if state == TrialState.PRUNED:
             pending.trial.set_user_attr(PRUNED_ATTR, reason)
             self.study.tell(pending.trial, state=TrialState.PRUNED)
@@ -396,10 +392,23 @@ def _run_of(row: Mapping[str, Any]) -> tuple[str, str, int]:
 
 
 # -- results ----------------------------------------------------------------------------------------
-def _trial_table(study: optuna.Study, space: Mapping[str, Any]) -> pd.DataFrame:
+def _trial_table(study: optuna.Study, space: Mapping[str, Any], runner: _Runner) -> pd.DataFrame:
     import pandas as pd
 
-    rows = []
+    default_values = objective_values(runner.default_rows)
+    default_constraints = constraint_values(runner.default_rows, reference_rate=runner.reference_rate)
+    rows: list[dict[str, Any]] = [
+        {
+            "number": pd.NA,
+            "role": DEFAULT_ROLE,
+            "state": "complete",
+            **runner.default_knobs,
+            **default_values,
+            **default_constraints,
+            "feasible": all(value <= 0 for value in default_constraints.values()),
+            "pruned_because": None,
+        }
+    ]
     for trial in _finished(study):
         complete = trial.values is not None
         constraints = {name: trial.system_attrs.get(f"constraints:{name}", math.nan) for name in CONSTRAINTS}
@@ -412,7 +421,7 @@ def _trial_table(study: optuna.Study, space: Mapping[str, Any]) -> pd.DataFrame:
         rows.append(
             {
                 "number": trial.number,
-                "role": trial.user_attrs.get(ROLE_ATTR, "search"),
+                "role": "search",
                 "state": trial.state.name.lower(),
                 **{name: knobs.get(name) for name in space},
                 **values,
@@ -421,19 +430,17 @@ def _trial_table(study: optuna.Study, space: Mapping[str, Any]) -> pd.DataFrame:
                 "pruned_because": trial.user_attrs.get(PRUNED_ATTR),
             }
         )
-    table = pd.DataFrame(rows).sort_values("number").reset_index(drop=True)
-    feasible = table[table["feasible"]]
-    points = [{name: row[name] for name in OBJECTIVES} for _, row in feasible.iterrows()]
-    front = {
-        number
-        for number, point in zip(feasible["number"], points, strict=True)
-        if not any(dominates(other, point) for other in points)
-    }
-    (default,) = [point for point, role in zip(points, feasible["role"], strict=True) if role == DEFAULT_ROLE]
-    table["on_front"] = table["number"].isin(front)
+    table = pd.DataFrame(rows)
+    table["number"] = table["number"].astype("Int64")
+    points = [{name: row[name] for name in OBJECTIVES} for _, row in table.iterrows()]
+    feasible = [point for point, ok in zip(points, table["feasible"], strict=True) if ok]
+    table["on_front"] = [
+        bool(ok) and not any(dominates(other, point) for other in feasible)
+        for point, ok in zip(points, table["feasible"], strict=True)
+    ]
     table["beats_default"] = [
-        bool(row["feasible"]) and dominates({name: row[name] for name in OBJECTIVES}, default)
-        for _, row in table.iterrows()
+        bool(ok) and dominates(point, default_values)
+        for point, ok in zip(points, table["feasible"], strict=True)
     ]
     return table
 
@@ -510,7 +517,7 @@ def _result(
     code: str,
     loaded: Transcripts,
 ) -> TuneResult:
-    table = _trial_table(study, space)
+    table = _trial_table(study, space, runner)
     default_row = table[table["role"] == DEFAULT_ROLE].iloc[0]
     default = {name: float(default_row[name]) for name in OBJECTIVES}
     chosen = _choose(table)
