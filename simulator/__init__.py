@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         records_to_frame,
         summarize_run,
     )
-    from simulator.research.objectives import OBJECTIVES, knob_response
+    from simulator.research.objectives import OBJECTIVES, knob_response, objective_values
     from simulator.research.pareto import cost_vs_fact_survival, front_table
     from simulator.research.report import (
         archived_by_source,
@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from simulator.research.space import SEARCH_SPACE, Knob
     from simulator.research.sweep import sweep
     from simulator.research.tune import TuneResult, tune
+    from simulator.research.tune_files import front_figure
     from simulator.research.widgets import (
         PAYLOAD_CAPS,
         POLICY_SLIDERS,
@@ -126,6 +127,7 @@ __all__ = [
     "expectation_problems",
     "failure_counts",
     "figure_png",
+    "front_figure",
     "front_table",
     "generate_session",
     "knob_response",
@@ -138,6 +140,7 @@ __all__ = [
     "make_summarizer",
     "markdown_table",
     "mount_inprocess",
+    "objective_values",
     "observed",
     "outcome_cells",
     "outcome_matrix",
@@ -202,6 +205,7 @@ EXPORTS: Mapping[str, str] = MappingProxyType(
         "Uniform": "simulator.research.grid",
         "TuneResult": "simulator.research.tune",
         "tune": "simulator.research.tune",
+        "front_figure": "simulator.research.tune_files",
         "Knob": "simulator.research.space",
         "SEARCH_SPACE": "simulator.research.space",
         "BASELINES": "simulator.research.baselines",
@@ -228,6 +232,7 @@ EXPORTS: Mapping[str, str] = MappingProxyType(
         "front_table": "simulator.research.pareto",
         "OBJECTIVES": "simulator.research.objectives",
         "knob_response": "simulator.research.objectives",
+        "objective_values": "simulator.research.objectives",
         "knob_response_figure": "simulator.research.response",
         "compaction_step": "simulator.research.levels",
         "outcome_words": "simulator.research.levels",

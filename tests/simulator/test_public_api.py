@@ -59,7 +59,9 @@ EXPECTED_PUBLIC_NAMES = {
     "Knob",
     "SEARCH_SPACE",
     "OBJECTIVES",
+    "objective_values",
     "TuneResult",
+    "front_figure",
     "tune",
     # metrics, reports, figures
     "AttemptRecord",
