@@ -44,7 +44,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ctxrecover.errors import ConfigError
@@ -69,6 +68,7 @@ from simulator.research.sweep import (
     transcript_list,
     write_cached,
 )
+from simulator.research.tune_files import TUNE_FILES, write_tune_files
 
 if TYPE_CHECKING:
     import optuna
@@ -81,16 +81,6 @@ __all__ = ["CHOICE_ORDER", "TUNE_FILES", "TuneResult", "tune"]
 
 STUDY_NAME = "ctxsim-tune"
 CACHE_DIR = "cache"
-TUNE_FILES: Mapping[str, str] = MappingProxyType(
-    {
-        "journal": "study.journal",
-        "trials": "trials",
-        "front": "front",
-        "importance": "importance",
-        "env": "policy.env",
-        "toml": "policy.toml",
-    }
-)
 DEFAULT_ROLE = "default"
 KNOBS_ATTR, PRUNED_ATTR, DEFINITION_ATTR = "knobs", "pruned_because", "definition"
 #: Objectives by importance when several trials beat the default: fewer failed turns first.
@@ -533,9 +523,19 @@ def _result(
     )
     if out is None:
         return result
-    from simulator.research.tune_files import write_tune_files
-
     files = write_tune_files(
-        out, result, space, runner.payloads, runner.specs_for, figures, definition, code, loaded
+        out,
+        trials=result.trials,
+        front=result.front,
+        importance=result.importance,
+        chosen=result.chosen,
+        verdict=result.verdict,
+        space=space,
+        payloads=runner.payloads,
+        specs_for=runner.specs_for,
+        figures=figures,
+        definition=definition,
+        code=code,
+        loaded=loaded,
     )
     return dataclasses.replace(result, files=tuple(files))

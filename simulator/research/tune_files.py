@@ -12,6 +12,7 @@ import itertools
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ctxrecover.policy import DEFAULT_POLICY, ENV_VARIABLES
@@ -26,9 +27,26 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from simulator.research.tune import TuneResult
+__all__ = [
+    "FRONT_STYLES",
+    "TUNE_FILES",
+    "env_file",
+    "front_figure",
+    "policy_toml",
+    "trial_label",
+    "write_tune_files",
+]
 
-__all__ = ["FRONT_STYLES", "env_file", "front_figure", "policy_toml", "trial_label", "write_tune_files"]
+TUNE_FILES: Mapping[str, str] = MappingProxyType(
+    {
+        "journal": "study.journal",
+        "trials": "trials",
+        "front": "front",
+        "importance": "importance",
+        "env": "policy.env",
+        "toml": "policy.toml",
+    }
+)
 
 ENV_OF_FIELD: Mapping[str, str] = {field: variable for variable, field in ENV_VARIABLES.items()}
 NO_VARIABLE = "# {name} = {value}: no CHATCLI_ variable; load policy.toml with --policy"
@@ -124,7 +142,12 @@ def _write_table(frame: pd.DataFrame, stem: Path) -> list[Path]:
 
 def write_tune_files(
     out: Path,
-    result: TuneResult,
+    *,
+    trials: pd.DataFrame,
+    front: pd.DataFrame,
+    importance: pd.DataFrame,
+    chosen: pd.Series | None,
+    verdict: str,
     space: Mapping[str, Any],
     payloads: Mapping[str, dict[str, Any]],
     specs_for: Callable[[Mapping[str, Any]], list[RunSpec]],
@@ -134,9 +157,7 @@ def write_tune_files(
     loaded: Transcripts,
 ) -> list[Path]:
     """Write everything a tune leaves in ``out`` (module doc); returns the paths, the report's included."""
-    from simulator.research.tune import TUNE_FILES
-
-    complete = result.trials[result.trials["state"] == "complete"]
+    complete = trials[trials["state"] == "complete"]
     specs: list[RunSpec] = []
     labelled: dict[str, dict[str, Any]] = {}
     for _, row in complete.iterrows():
@@ -159,8 +180,8 @@ def write_tune_files(
     summary = {
         "objectives": {name: {"label": o.label, "direction": o.direction} for name, o in OBJECTIVES.items()},
         "constraints": dict(CONSTRAINTS),
-        "verdict": result.verdict,
-        "chosen_trial": None if result.chosen is None else int(result.chosen["number"]),
+        "verdict": verdict,
+        "chosen_trial": None if chosen is None else int(chosen["number"]),
     }
     write_outputs(
         out,
@@ -177,18 +198,17 @@ def write_tune_files(
         extra=summary,
     )
     written = [out / name for name in ("attempts.csv", "summary.csv", "manifest.json")]
-    written += _write_table(result.trials.set_index("number"), out / TUNE_FILES["trials"])
-    written += _write_table(result.front.set_index("number"), out / TUNE_FILES["front"])
-    if len(result.importance.columns):
-        written += _write_table(result.importance, out / TUNE_FILES["importance"])
-    chosen = result.chosen
+    written += _write_table(trials.set_index("number"), out / TUNE_FILES["trials"])
+    written += _write_table(front.set_index("number"), out / TUNE_FILES["front"])
+    if len(importance.columns):
+        written += _write_table(importance, out / TUNE_FILES["importance"])
     source = chosen if chosen is not None else complete[complete["role"] == DEFAULT_LABEL].iloc[0]
     knobs = {name: source[name] for name in space}
-    header = f"ctxsim tune ({out}): {result.verdict}"
+    header = f"ctxsim tune ({out}): {verdict}"
     (out / TUNE_FILES["env"]).write_text(env_file(knobs, header), encoding="utf-8")
     (out / TUNE_FILES["toml"]).write_text(policy_toml(knobs, header), encoding="utf-8")
     written += [out / TUNE_FILES["env"], out / TUNE_FILES["toml"]]
-    figure = front_figure(result.trials, chosen=None if chosen is None else int(chosen["number"]))
+    figure = front_figure(trials, chosen=None if chosen is None else int(chosen["number"]))
     front_png = out / f"{TUNE_FILES['front']}.png"
     figure.savefig(front_png, format="png", metadata=dict(SAVE_METADATA["png"]))
     written.append(front_png)
