@@ -272,3 +272,53 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         default="inprocess",
         help="inprocess (httpx.MockTransport) or loopback (real TCP on 127.0.0.1)",
     )
+
+
+# -- what sweep and tune share ------------------------------------------------------------------------
+def seed_list(text: str, option: str = "--seeds") -> list[int]:
+    """Comma-separated replay seeds (each an integer >= 0)."""
+    try:
+        return [seed_arg(name) for name in split_names(text)]
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"{option} {text!r}: {exc}") from None
+
+
+def transcript_names(text: str) -> list[str] | None:
+    """``--transcripts`` of a sweep or tune: names or paths, every bundled fixture for ``all``, None
+    for ``workload`` (each scenario's own)."""
+    names = split_names(text)
+    if names == [ALL]:
+        return fixture_names()
+    return None if names == [WORKLOAD] else names
+
+
+def add_scenario_options(parser: argparse.ArgumentParser) -> None:
+    """``--scenarios`` and ``--transcripts``, as sweep and tune take them."""
+    parser.add_argument(
+        "--scenarios",
+        default="",
+        help="comma-separated scenario names or files (default: every bundled scenario)",
+    )
+    parser.add_argument(
+        "--transcripts",
+        default=WORKLOAD,
+        help=f"comma-separated names or paths; {WORKLOAD!r} (default) replays each "
+        f"scenario's own [workload] transcript, {ALL!r} every bundled fixture",
+    )
+
+
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """``--workers`` or ``--dask``: where the replays run."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workers",
+        type=positive_int_arg,
+        default=None,
+        help="worker processes (default: one per CPU; 1 runs in this process)",
+    )
+    where.add_argument(
+        "--dask",
+        default=None,
+        metavar="ADDRESS|local",
+        help="run on a Dask cluster: a scheduler address, or 'local' for a LocalCluster",
+    )

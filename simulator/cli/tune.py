@@ -7,27 +7,21 @@ import sys
 from pathlib import Path
 
 from simulator.cli.common import (
-    ALL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     PROG,
-    WORKLOAD,
     CliError,
-    fixture_names,
+    add_executor_options,
+    add_scenario_options,
     positive_int_arg,
     run_dir,
     seed_arg,
+    seed_list,
     split_names,
+    transcript_names,
 )
 
 __all__ = ["register", "run"]
-
-
-def _seeds(text: str) -> list[int]:
-    try:
-        return [seed_arg(name) for name in split_names(text)]
-    except argparse.ArgumentTypeError as exc:
-        raise CliError(f"--seeds {text!r}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,16 +29,13 @@ def run(args: argparse.Namespace) -> int:
     from simulator.research.report import markdown_table
     from simulator.research.tune import tune
 
-    transcripts = split_names(args.transcripts)
-    if transcripts == [ALL]:
-        transcripts = fixture_names()
     out = run_dir(args.out)
     try:
         result = tune(
             trials=args.trials,
             scenarios=split_names(args.scenarios) or None,
-            transcripts=None if transcripts == [WORKLOAD] else transcripts,
-            seeds=_seeds(args.seeds),
+            transcripts=transcript_names(args.transcripts),
+            seeds=seed_list(args.seeds),
             space=split_names(args.space) or None,
             seed=args.seed,
             workers=args.workers,
@@ -82,17 +73,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "policy.env), knob importances and a report.",
     )
     parser.add_argument("--trials", type=positive_int_arg, default=20, help="trials besides the default (20)")
-    parser.add_argument(
-        "--scenarios",
-        default="",
-        help="comma-separated scenario names or files (default: every bundled scenario)",
-    )
-    parser.add_argument(
-        "--transcripts",
-        default=WORKLOAD,
-        help=f"comma-separated names or paths; {WORKLOAD!r} (default) replays each scenario's own "
-        f"[workload] transcript, {ALL!r} every bundled fixture",
-    )
+    add_scenario_options(parser)
     parser.add_argument("--seeds", default="0", help="comma-separated replay seeds per trial (default 0)")
     parser.add_argument(
         "--space",
@@ -100,19 +81,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="comma-separated Policy fields to search (default: every field of the search space)",
     )
     parser.add_argument("--seed", type=seed_arg, default=0, help="seed of the sampler (default 0)")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument(
-        "--workers",
-        type=positive_int_arg,
-        default=None,
-        help="worker processes (default: one per CPU; 1 runs in this process)",
-    )
-    where.add_argument(
-        "--dask",
-        default=None,
-        metavar="ADDRESS|local",
-        help="run on a Dask cluster: a scheduler address, or 'local' for a LocalCluster",
-    )
+    add_executor_options(parser)
     parser.add_argument("--no-prune", action="store_true", help="run every trial to its end")
     parser.add_argument(
         "--out", type=Path, default=None, help="tune directory (default: runs/<UTC timestamp>)"
