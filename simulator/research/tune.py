@@ -377,6 +377,11 @@ class _Runner:
                 bar.update()
 
 
+def _python(value: Any) -> Any:
+    """A table cell as the plain Python value the trial ran with (numpy scalars unwrapped)."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def _run_of(row: Mapping[str, Any]) -> tuple[str, str, int]:
     return str(row["scenario"]), str(row["transcript"]), int(row["seed"])
 
@@ -523,6 +528,13 @@ def _result(
     )
     if out is None:
         return result
+    payloads = dict(runner.payloads)  # trials finished in an earlier session: their runs are cached
+    for _, row in table[table["state"] == "complete"].iterrows():
+        for spec in runner.specs_for({name: _python(row[name]) for name in space}):
+            if spec.key not in payloads and runner.cache is not None:
+                cached = read_cached(runner.cache, spec)
+                if cached is not None:
+                    payloads[spec.key] = cached
     files = write_tune_files(
         out,
         trials=result.trials,
@@ -531,7 +543,7 @@ def _result(
         chosen=result.chosen,
         verdict=result.verdict,
         space=space,
-        payloads=runner.payloads,
+        payloads=payloads,
         specs_for=runner.specs_for,
         figures=figures,
         definition=definition,

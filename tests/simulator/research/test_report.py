@@ -934,3 +934,33 @@ def test_outcome_matrix_cell_text_stays_inside_its_cell(summaries: pd.DataFrame)
         (x0, y0), (x1, y1) = axes.transData.transform([(column - 0.5, row + 0.5), (column + 0.5, row - 0.5)])
         box = text.get_window_extent(renderer)
         assert x0 <= box.x0 and box.x1 <= x1 and y0 <= box.y0 and box.y1 <= y1, text.get_text()
+
+
+def test_a_sweep_report_draws_each_knob_against_each_objective_with_its_interval_across_seeds(
+    tmp_path: Path,
+) -> None:
+    from simulator.research.objectives import OBJECTIVES
+    from simulator.research.response import knob_response_figure
+    from simulator.research.sweep import sweep
+
+    sweep(
+        grid={"keep_recent": [2, 8]},
+        scenarios=["openai-128k-overflow"],
+        seeds=[0, 1],
+        workers=1,
+        figures=True,
+        progress=False,
+        out_dir=tmp_path,
+    )
+    response = pd.read_csv(tmp_path / REPORT_DIR / "knob-response.csv")
+    assert sorted(set(response["value"])) == [2, 8] and set(response["seeds"]) == {2}
+    assert set(response["objective"]) == set(OBJECTIVES)
+    for objective in OBJECTIVES:
+        assert (tmp_path / REPORT_DIR / f"knob-response-{objective.replace('_', '-')}.png").is_file()
+    # the figure draws the table: one point per value, error bars from low to high
+    rows = response[response["objective"] == "rejected_per_run"]
+    figure = knob_response_figure(rows, "rejected_per_run")
+    (bars,) = [c for c in figure.axes[0].containers]
+    points = bars.lines[0]
+    assert list(points.get_xdata()) == [2.0, 8.0]
+    assert list(points.get_ydata()) == pytest.approx(list(rows["mean"]))

@@ -109,6 +109,10 @@ def test_a_stopped_tune_resumes_and_more_trials_extend_it(tuned: tuple[Path, obj
     kept = more.trials.iloc[: TRIALS + 1][list(OBJECTIVES)]
     assert kept.equals(first.trials[list(OBJECTIVES)])
     assert set(cached) <= set((out / "cache").iterdir())
+    # the run directory holds every finished trial, those of the first session included
+    summary = pd.read_csv(out / "summary.csv")
+    searched = more.trials[(more.trials["role"] == "search") & (more.trials["state"] == "complete")]
+    assert set(summary["policy"]) == {"default", *(f"trial-{n}" for n in searched["number"])}
     with pytest.raises(ConfigError, match="this study searched another scenarios"):
         tune(trials=1, scenarios=SCENARIOS[:1], workers=1, out_dir=out, figures=False, progress=False)
 
@@ -224,3 +228,35 @@ def test_the_cli_tunes_prints_the_front_and_the_verdict(
     assert (out / TUNE_FILES["toml"]).is_file() and (out / TUNE_FILES["journal"]).is_file()
     assert main(["tune", "--trials", "1", "--space", "chars_per_token", "--out", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.startswith("ctxsim: error: tune: cannot search chars_per_token;")
+
+
+def test_the_report_of_a_tune_draws_each_knob_against_each_objective_and_two_policies_budget_curves(
+    tuned: tuple[Path, object],
+) -> None:
+    from simulator.research.report import write_report
+
+    out, result = tuned
+    written = {path.name for path in write_report(out, out_dir=out / "report-check")}
+    budget = sorted(name for name in written if name.startswith("budget-"))
+    chosen = "default" if result.chosen is None else f"trial-{int(result.chosen['number'])}"
+    assert {name.split("--")[2] for name in budget} == {"default", chosen}  # not every trial's runs
+    assert len(budget) == len({"default", chosen}) * len(SCENARIOS)
+    assert {f"knob-response-{name.replace('_', '-')}.png" for name in OBJECTIVES} <= written
+    response = pd.read_csv(out / "report-check" / "knob-response.csv")
+    assert set(response["knob"]) == set(SEARCH_SPACE) and set(response["objective"]) == set(OBJECTIVES)
+    assert (response["low"] <= response["mean"]).all() and (response["mean"] <= response["high"]).all()
+
+
+@pytest.mark.slow
+def test_trials_run_on_a_dask_local_cluster(tmp_path: Path) -> None:
+    pytest.importorskip("distributed", reason="needs the dask extra: pip install 'ctxrecover[dask]'")
+    result = tune(
+        trials=2,
+        scenarios=SCENARIOS[:1],
+        dask="local",
+        workers=2,
+        out_dir=tmp_path,
+        figures=False,
+        progress=False,
+    )
+    assert list(result.trials["state"]) == ["complete"] * 3
