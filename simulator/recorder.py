@@ -7,8 +7,12 @@ Conventions (see :data:`simulator.research.metrics.OUTCOMES`):
   (failure notice, learned cap, floor warning) to the rejected attempt; the
   ``✖`` text of a floor fail-fast — carried by the exception, not an event — is
   added to the ``fail_fast_floor`` record;
-- compaction level, summarizer and archive deltas belong to the attempt they
-  preceded;
+- the planned-compaction step (``compaction_level``: trim, summary, truncation) and the recovery
+  level (``recovery_level``: the ladder's rung) are kept apart (:mod:`simulator.research.levels`);
+  they, the summarizer and the archive deltas belong to the attempt they preceded;
+- a rejected attempt is announced as a :class:`Rejection` the moment it is refused, so a log shows
+  it before the notices it causes; its :class:`AttemptRecord` follows once the turn retries
+  (``rejected:<kind>``) or gives up (``failed``, ``fail_fast_floor``);
 - ``chars_lost`` is probed before every attempt that follows a compaction, and
   at the end of the replay (the final value lands on the last record), by an
   incremental :class:`~simulator.research.ledger.LossLedger` that sees every
@@ -28,7 +32,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from ctxrecover.archive import MemoryArchive
@@ -45,26 +48,40 @@ from simulator.providers.mock import MockProvider
 from simulator.proxy.faults import BodyCap, HeaderCap, RateLimit429, ResetAfter
 from simulator.proxy.scenario import Scenario
 from simulator.research.ledger import Losses, LossLedger
+from simulator.research.levels import STATUS_STEPS
 from simulator.research.metrics import AttemptRecord
 
-__all__ = ["ContentBlock", "CountingArchive", "Recorder", "ReplayEvent", "ReplaySender", "proxy_cap"]
+__all__ = [
+    "ContentBlock",
+    "CountingArchive",
+    "Recorder",
+    "Rejection",
+    "ReplayEvent",
+    "ReplaySender",
+    "proxy_cap",
+]
 
 
-# Compaction status phases → the level they reach (ctxrecover.compaction).
-STATUS_LEVELS: MappingProxyType[str, int] = MappingProxyType(
-    {"trim": 1, "summary_applied": 2, "emergency": 3}
-)
 RECOVERY = "recovery"
 APPLIED = "applied"
 
 
 @dataclass(frozen=True, slots=True)
+class Rejection:
+    """An attempt refused, announced when it is refused: ``record`` reads ``rejected:<kind>`` with the
+    notices so far. Its final :class:`AttemptRecord` comes later (the turn may still give up)."""
+
+    record: AttemptRecord
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayEvent:
-    """A library event or a finished attempt, tagged with its 0-based turn and 1-based attempt."""
+    """A library event, a rejection or a finished attempt, tagged with its 0-based turn and 1-based
+    attempt."""
 
     turn: int
     attempt: int
-    item: Event | AttemptRecord
+    item: Event | Rejection | AttemptRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +200,10 @@ class Recorder:
         self.pending: Pending | None = None
         self.in_failure = False
         self.notices: list[str] = []
-        self.level: int | None = None
+        self.level: int | None = None  # planned compaction's deepest step since the last send
         self.phase_level = 0
+        self.recovering = 0  # open recovery compactions (PreCompact(recovery) without its PostCompact)
+        self.recovered_level: int | None = None  # the recovery level applied since the last send
         self.recoveries = 0
         self.recovery_level = 0
         self.rejected_keys: set[str] = set()  # body keys rejected on this turn
@@ -227,7 +246,7 @@ class Recorder:
         self.turn_cap = self.session.learned_cap if self.session else None  # for a block sent no request
         self.clock = time.perf_counter()
 
-    def emit(self, item: Event | AttemptRecord, attempt: int) -> None:
+    def emit(self, item: Event | Rejection | AttemptRecord, attempt: int) -> None:
         event = ReplayEvent(self.turn, attempt, item)
         self.events.append(event)
         if self.on_event is not None:
@@ -243,16 +262,21 @@ class Recorder:
             if event.trigger == RECOVERY:
                 assert self.session is not None
                 self.recoveries += 1
-                self.phase_level = self.recovery_level = self.session.ladder.level_for(self.recoveries)
+                self.recovering += 1
+                self.recovery_level = self.session.ladder.level_for(self.recoveries)
             else:
                 self.phase_level = 0
         elif isinstance(event, StatusEvent):
-            self.phase_level = max(self.phase_level, STATUS_LEVELS.get(event.phase, 0))
+            if not self.recovering:  # a strategy's own compactor inside a recovery is that recovery
+                self.phase_level = max(self.phase_level, STATUS_STEPS.get(event.phase, 0))
         elif isinstance(event, PostCompact):
-            if event.outcome == APPLIED and self.phase_level:
-                self.level = max(self.level or 0, self.phase_level)
             if event.trigger == RECOVERY:
+                self.recovering = max(0, self.recovering - 1)
+                if event.outcome == APPLIED:
+                    self.recovered_level = max(self.recovered_level or 0, self.recovery_level)
                 self.in_failure = False
+            elif event.outcome == APPLIED and self.phase_level:
+                self.level = max(self.level or 0, self.phase_level)
 
     # -- attempts --------------------------------------------------------------------------------
     def before_send(self, request: ChatRequest) -> None:
@@ -281,13 +305,14 @@ class Recorder:
             "context_window": self.session.context_window,
             "max_tokens": request.max_tokens,
             "compaction_level": self.level,
+            "recovery_level": self.recovered_level,
             "summarizer_calls": calls,
             "summarizer_tokens": tokens,
             "summarizer_cost_usd": cost,
             "chars_archived": archived,
             "chars_lost": self.lost,
         }
-        self.level = None
+        self.level = self.recovered_level = None
         self.calls_before = self.provider.call_count
 
     def _common(self) -> dict[str, Any]:
@@ -301,10 +326,14 @@ class Recorder:
             "notices_before": notices,
         }
 
-    def _record(self, fields: dict[str, Any], notices: list[str], outcome: str) -> None:
+    @staticmethod
+    def _build(fields: dict[str, Any], notices: list[str], outcome: str) -> AttemptRecord:
         fields = dict(fields)
         lines = fields.pop("notices_before") + notices
-        record = AttemptRecord(**fields, outcome=outcome, notices="\n".join(lines))
+        return AttemptRecord(**fields, outcome=outcome, notices="\n".join(lines))
+
+    def _record(self, fields: dict[str, Any], notices: list[str], outcome: str) -> None:
+        record = self._build(fields, notices, outcome)
         self.records.append(record)
         self.emit(record, record.attempt)
 
@@ -335,6 +364,7 @@ class Recorder:
         fields["failure_kind"] = failure.kind.value
         self.pending = Pending(fields)
         self.in_failure = True
+        self.emit(Rejection(self._build(fields, [], f"rejected:{failure.kind.value}")), self.attempt)
 
     def _finish_pending(self, outcome: str, extra_notice: str | None = None) -> None:
         assert self.pending is not None

@@ -166,8 +166,15 @@ class ReplayResult:
 
     @property
     def max_compaction_level(self) -> int | None:
-        """The highest compaction level any attempt followed, or None."""
+        """The deepest planned-compaction step any attempt followed (1 trim, 2 summary, 3 truncation),
+        or None."""
         levels = [r.compaction_level for r in self.records if r.compaction_level is not None]
+        return max(levels) if levels else None
+
+    @property
+    def max_recovery_level(self) -> int | None:
+        """The highest recovery level any attempt followed (the ladder's rung, 1–3), or None."""
+        levels = [r.recovery_level for r in self.records if r.recovery_level is not None]
         return max(levels) if levels else None
 
 

@@ -10,7 +10,10 @@
 ``probe``     estimate a gateway's body cap by bisection with synthetic requests
 ``sweep``     policies (presets and peer baselines) × knob grids × scenarios, cached and
               resumable, on processes or Dask; writes a sweep directory with its report
-``report``    regenerate every figure and table of a run or sweep directory
+``tune``      search policies with optuna against the default (multi-objective, constrained,
+              pruned, resumable); writes the Pareto front and the chosen policy (TOML, env file)
+``report``    regenerate every figure and table of a run, sweep or tune directory
+``notebooks`` the research notebooks × scenario sets or recorded gateways (papermill)
 ``classify``  classify an error body or message (``ctxrecover.classify``)
 ``generate``  write a seeded synthetic transcript
 ==========  ========================================================================
@@ -29,7 +32,20 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ctxrecover.errors import ConfigError
-from simulator.cli import classify, fault, generate, infer, probe, proxy, replay, report, run, sweep
+from simulator.cli import (
+    classify,
+    fault,
+    generate,
+    infer,
+    notebooks,
+    probe,
+    proxy,
+    replay,
+    report,
+    run,
+    sweep,
+    tune,
+)
 from simulator.cli.common import EXIT_OK, EXIT_USAGE, PROG, CliError, Parser, missing_extra, package_version
 from simulator.proxy.scenario import ScenarioError
 from simulator.transcripts.loaders import TranscriptError
@@ -37,7 +53,7 @@ from simulator.workloads import ReplayError
 
 __all__ = ["build_parser", "main"]
 
-SUBCOMMANDS = (run, replay, sweep, report, proxy, fault, infer, probe, classify, generate)
+SUBCOMMANDS = (run, replay, sweep, tune, report, notebooks, proxy, fault, infer, probe, classify, generate)
 
 # The validation errors that mean "bad input": one line on stderr, exit code 2.
 INPUT_ERRORS: tuple[type[Exception], ...] = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import tomllib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +43,10 @@ EXTRA_OF_MODULE: MappingProxyType[str, str] = MappingProxyType(
         "openai": "sdks",
         "dask": "dask",
         "distributed": "dask",
+        "optuna": "tune",
+        "papermill": "notebooks",
+        "nbformat": "notebooks",
+        "opentelemetry": "otel",
     }
 )
 RUNS_DIR = Path("runs")
@@ -54,6 +59,7 @@ POLICY_PRESETS: MappingProxyType[str, Policy] = MappingProxyType(
 )
 POLICY_SIZE_FIELDS = frozenset({"assumed_payload_cap", "payload_cap", "uncapped_warning_bytes"})
 NONE_WORDS = frozenset({"none", "null"})
+POLICY_FILE_SUFFIXES = (".json", ".toml")
 BOOL_WORDS: MappingProxyType[str, bool] = MappingProxyType({"true": True, "false": False})
 
 
@@ -164,7 +170,7 @@ def coerce_policy_value(name: str, raw: str, annotation: str, option: str = "--p
 def policy_from_spec(spec: str) -> tuple[Policy, str]:
     """A policy and its name from ``default``, ``chat``, a JSON file or ``key=value,...``.
 
-    A JSON file holds an object of Policy field overrides (``"base": "chat"`` picks
+    A JSON (or TOML) file holds an object of Policy field overrides (``"base": "chat"`` picks
     the preset they apply to); ``key=value`` pairs override the default policy.
     Raises :class:`~ctxrecover.errors.ConfigError` naming the file or field.
 
@@ -187,17 +193,25 @@ def policy_from_spec(spec: str) -> tuple[Policy, str]:
             overrides[key] = coerce_policy_value(key, value, fields[key])
         return DEFAULT_POLICY.replace(**overrides), spec
     path = Path(spec)
-    if path.suffix != ".json" and not path.is_file():
+    if path.suffix not in POLICY_FILE_SUFFIXES and not path.is_file():
         raise ConfigError(
-            f"unknown --policy {spec!r}: use {', '.join(POLICY_PRESETS)}, a .json file of Policy fields, "
-            "or key=value,... overrides"
+            f"unknown --policy {spec!r}: use {', '.join(POLICY_PRESETS)}, a .json or .toml file of Policy "
+            "fields, or key=value,... overrides"
         )
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read policy file: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    if path.suffix == ".toml":  # what `ctxsim tune` writes (policy.toml)
+        try:
+            document = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    else:
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
     if not isinstance(document, dict):
         raise ConfigError(f"{path}: a policy file must hold a JSON object of Policy fields")
     base = document.pop("base", "default")
@@ -243,7 +257,8 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         default="default",
-        help="default (the default), chat, a .json file of Policy fields, or key=value,...",
+        help="default (the default), chat, a .json or .toml file of Policy fields (ctxsim tune writes "
+        "policy.toml), or key=value,...",
     )
     parser.add_argument(
         "--seed",
@@ -256,4 +271,54 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         choices=TRANSPORTS,
         default="inprocess",
         help="inprocess (httpx.MockTransport) or loopback (real TCP on 127.0.0.1)",
+    )
+
+
+# -- what sweep and tune share ------------------------------------------------------------------------
+def seed_list(text: str, option: str = "--seeds") -> list[int]:
+    """Comma-separated replay seeds (each an integer >= 0)."""
+    try:
+        return [seed_arg(name) for name in split_names(text)]
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"{option} {text!r}: {exc}") from None
+
+
+def transcript_names(text: str) -> list[str] | None:
+    """``--transcripts`` of a sweep or tune: names or paths, every bundled fixture for ``all``, None
+    for ``workload`` (each scenario's own)."""
+    names = split_names(text)
+    if names == [ALL]:
+        return fixture_names()
+    return None if names == [WORKLOAD] else names
+
+
+def add_scenario_options(parser: argparse.ArgumentParser) -> None:
+    """``--scenarios`` and ``--transcripts``, as sweep and tune take them."""
+    parser.add_argument(
+        "--scenarios",
+        default="",
+        help="comma-separated scenario names or files (default: every bundled scenario)",
+    )
+    parser.add_argument(
+        "--transcripts",
+        default=WORKLOAD,
+        help=f"comma-separated names or paths; {WORKLOAD!r} (default) replays each "
+        f"scenario's own [workload] transcript, {ALL!r} every bundled fixture",
+    )
+
+
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """``--workers`` or ``--dask``: where the replays run."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workers",
+        type=positive_int_arg,
+        default=None,
+        help="worker processes (default: one per CPU; 1 runs in this process)",
+    )
+    where.add_argument(
+        "--dask",
+        default=None,
+        metavar="ADDRESS|local",
+        help="run on a Dask cluster: a scheduler address, or 'local' for a LocalCluster",
     )

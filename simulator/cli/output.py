@@ -10,9 +10,10 @@ from typing import Any
 
 from ctxrecover.events import Event, PostCompact, PreCompact, StatusEvent
 from ctxrecover.sizes import format_payload_size
-from simulator.recorder import ReplayEvent
+from simulator.recorder import Rejection, ReplayEvent
 from simulator.replay import ReplayResult, expectation_problems
-from simulator.research.metrics import AttemptRecord
+from simulator.research.levels import outcome_words, steps_text
+from simulator.research.metrics import RECOVERED_PREFIX, REJECTED_PREFIX, AttemptRecord
 from simulator.research.report import archived_by_source, failure_counts
 
 __all__ = [
@@ -65,12 +66,20 @@ def _event_text(event: Event) -> str:
 
 
 def attempt_line(record: AttemptRecord) -> str:
-    """One attempt as a log line: size, outcome, and what was in force."""
-    parts = [f"→ {record.request_bytes:,} B", record.outcome]
+    """One attempt as a log line: size, outcome, what rewrote the history before it (in the words of
+    :mod:`simulator.research.levels`), and what was in force."""
+    recovery_level = record.recovery_level
+    if record.outcome.startswith(RECOVERED_PREFIX):
+        outcome = "recovered"
+        recovery_level = recovery_level or int(record.outcome.removeprefix(RECOVERED_PREFIX))
+    else:
+        outcome = outcome_words(record.outcome)
+    parts = [f"→ {record.request_bytes:,} B", outcome]
     if record.failure_kind and record.failure_kind not in record.outcome:
         parts.append(record.failure_kind)
-    if record.compaction_level is not None:
-        parts.append(f"after compaction L{record.compaction_level}")
+    steps = steps_text(compaction_level=record.compaction_level, recovery_level=recovery_level)
+    if steps is not None:
+        parts.append(f"after {steps}")
     if record.learned_cap is not None:
         parts.append(f"learned cap {record.learned_cap:,} B")
     if record.identical_retry:
@@ -78,10 +87,22 @@ def attempt_line(record: AttemptRecord) -> str:
     return " · ".join(parts)
 
 
-def event_line(event: ReplayEvent) -> str:
-    """A replay event as one log line, prefixed with its turn and attempt."""
+def event_line(event: ReplayEvent) -> str | None:
+    """A replay event as one log line, prefixed with its turn and attempt; None for nothing new.
+
+    A refused attempt prints when it is refused (its :class:`~simulator.recorder.Rejection`), before
+    the notices it causes; its final record prints only when the turn gave up on it (``failed``,
+    ``fail_fast_floor``), not when another attempt followed.
+    """
     item = event.item
-    text = attempt_line(item) if isinstance(item, AttemptRecord) else _event_text(item)
+    if isinstance(item, AttemptRecord) and item.outcome.startswith(REJECTED_PREFIX):
+        return None
+    if isinstance(item, Rejection):
+        text = attempt_line(item.record)
+    elif isinstance(item, AttemptRecord):
+        text = attempt_line(item)
+    else:
+        text = _event_text(item)
     return f"[turn {event.turn} · attempt {event.attempt}] {text}"
 
 

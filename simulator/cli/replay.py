@@ -28,7 +28,9 @@ def run(args: argparse.Namespace) -> int:
     transcript = None if args.transcript is None else load_named_transcript(args.transcript)
 
     def show(event: ReplayEvent) -> None:
-        print(event_line(event), flush=True)
+        line = event_line(event)
+        if line is not None:
+            print(line, flush=True)
 
     result = replay(
         transcript,

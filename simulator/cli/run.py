@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     # Figures are drawn on demand (ctxsim report RUN_DIR, or --figures): drawing them costs about as much
     # CPU as the replays. With --figures a worker starts first and draws each budget curve while the
     # next replays run.
-    figures = FigureWriter(out, per_transcript=len(transcripts) > 1) if args.figures else None
+    figures = FigureWriter(out) if args.figures else None
 
     results: list[ReplayResult] = []
     with figures or nullcontext(), tqdm(total=len(jobs), desc=PROG, unit="replay", disable=None) as progress:

@@ -11,18 +11,19 @@ from pathlib import Path
 from ctxrecover.errors import ConfigError
 from ctxrecover.policy import Policy
 from simulator.cli.common import (
-    ALL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     PROG,
-    WORKLOAD,
     CliError,
+    add_executor_options,
+    add_scenario_options,
     coerce_policy_value,
-    fixture_names,
     positive_int_arg,
     run_dir,
     seed_arg,
+    seed_list,
     split_names,
+    transcript_names,
 )
 from simulator.research.grid import Uniform
 
@@ -61,21 +62,11 @@ def _grid(options: Sequence[str]) -> dict[str, list[object] | Uniform]:
     return grid
 
 
-def _seed_list(text: str) -> list[int]:
-    try:
-        return [seed_arg(name) for name in split_names(text)]
-    except argparse.ArgumentTypeError as exc:
-        raise CliError(f"--seeds {text!r}: {exc}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     from simulator.research.report import comparison_table, markdown_table
     from simulator.research.sweep import CACHE_DIR, sweep
 
     grid = _grid(args.grid)
-    transcripts = split_names(args.transcripts)
-    if transcripts == [ALL]:
-        transcripts = fixture_names()
     out = run_dir(args.out)
     try:
         frame = sweep(
@@ -83,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
             random=args.random,
             seed=args.seed,
             scenarios=split_names(args.scenarios) or None,
-            transcripts=None if transcripts == [WORKLOAD] else transcripts,
+            transcripts=transcript_names(args.transcripts),
             policies=args.policies,
-            seeds=_seed_list(args.seeds),
+            seeds=seed_list(args.seeds),
             workers=args.workers,
             dask=args.dask,
             cache_dir=args.cache,
@@ -134,17 +125,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="seeded random search: N points drawn from the --grid values or ranges",
     )
     parser.add_argument("--seed", type=seed_arg, default=0, help="seed of the random search (default 0)")
-    parser.add_argument(
-        "--scenarios",
-        default="",
-        help="comma-separated scenario names or files (default: every bundled scenario)",
-    )
-    parser.add_argument(
-        "--transcripts",
-        default=WORKLOAD,
-        help=f"comma-separated names or paths; {WORKLOAD!r} (default) replays each "
-        f"scenario's own [workload] transcript, {ALL!r} every bundled fixture",
-    )
+    add_scenario_options(parser)
     parser.add_argument(
         "--policies",
         default="default",
@@ -152,19 +133,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "for all of them (default: default)",
     )
     parser.add_argument("--seeds", default="0", help="comma-separated replay seeds (default 0)")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument(
-        "--workers",
-        type=positive_int_arg,
-        default=None,
-        help="worker processes (default: one per CPU; 1 runs in this process)",
-    )
-    where.add_argument(
-        "--dask",
-        default=None,
-        metavar="ADDRESS|local",
-        help="run on a Dask cluster: a scheduler address, or 'local' for a LocalCluster",
-    )
+    add_executor_options(parser)
     parser.add_argument(
         "--out", type=Path, default=None, help="sweep directory (default: runs/<UTC timestamp>)"
     )

@@ -5,35 +5,40 @@ Three kinds of frame go in:
 - the **attempt table** (:data:`simulator.research.metrics.RUN_COLUMNS`, one row per request
   attempt; a sweep adds columns for its swept knobs) → :func:`budget_curve`;
 - the **run summaries** (:func:`simulator.research.report.run_summaries`: one row per run) →
-  :func:`outcome_matrix` (its cells: :func:`outcome_cells`), :func:`summarizer_cost`,
-  :func:`cost_vs_fact_survival`;
+  :func:`outcome_matrix` (its cells: :func:`outcome_cells`), :func:`summarizer_cost` (and
+  :func:`simulator.research.pareto.cost_vs_fact_survival`);
 - the **episodes** with their policy (:func:`simulator.research.report.policy_episodes`) →
   :func:`rejected_per_episode`.
 
 Units never mix on an axis: wire bytes are drawn in binary units (KiB, MiB, named as such)
-and the context window in tokens, each on its own panel. Figures use matplotlib's object API
-(:mod:`simulator.research.plotting`); the same frame gives the same figure.
+and the context window in tokens, each on its own panel; every token axis is linear and reads
+``500``, ``1.5k``, ``100k``, ``1M``. Compaction steps and recovery levels are named in words
+(:mod:`simulator.research.levels`). Rotated category labels end at their ticks. Figures use
+matplotlib's object API (:mod:`simulator.research.plotting`); the same frame gives the same figure.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from simulator.research.levels import compaction_step, recovery_step
 from simulator.research.metrics import (
     OUTCOME_FAILED,
     OUTCOME_FLOOR,
+    OUTCOME_TRUNCATED,
     REJECTED_PREFIX,
 )
 from simulator.research.plotting import (
     FIGURE_DPI,
     binary_unit,
     format_binary,
+    format_tokens,
     new_figure,
-    place_labels,
+    rotate_tick_labels,
 )
 
 if TYPE_CHECKING:
@@ -45,7 +50,6 @@ __all__ = [
     "FIGURE_DPI",
     "VERDICTS",
     "budget_curve",
-    "cost_vs_fact_survival",
     "outcome_cells",
     "outcome_matrix",
     "rejected_per_episode",
@@ -55,7 +59,7 @@ __all__ = [
 
 # -- what the figures draw -----------------------------------------------------------------------
 MAX_TURN_TICKS = 20
-LOG_SCALE_RATIO = 8  # a window this far above every request's tokens switches the token axis to log
+OFF_AXIS_RATIO = 8  # a window this far above every request's tokens is named, not drawn, on the token axis
 HEADROOM = 1.12  # the top of an axis sits this far above the highest request or cap
 BUDGET_FIGSIZE = (10.0, 6.0)
 # Fixed margins (no constrained layout: one budget curve per run must stay cheap); legends sit on the right.
@@ -65,8 +69,7 @@ BUDGET_MARGINS: Mapping[str, float] = MappingProxyType(
 LEGEND_OUTSIDE: Mapping[str, object] = MappingProxyType(
     {"fontsize": "x-small", "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "frameon": False}
 )
-PHYSICAL_LIMIT = 1  # an episode opens with a rejection: fewer than one is impossible
-SURVIVAL_AXIS_TOP = 105  # % axis with room above 100 for labels
+EPISODE_FLOOR = 1  # an episode opens with a rejection: fewer than one per episode is impossible
 TURNS_PER_UNIT = 100  # costs are given per 100 turns
 NA_TEXT = "—"  # a matrix cell without failures, a table cell without a value
 WIRE_SERIES: Mapping[str, tuple[str, str]] = MappingProxyType(
@@ -83,10 +86,12 @@ TOKEN_SERIES: Mapping[str, tuple[str, str]] = MappingProxyType(
     }
 )
 PROVIDER_WINDOW_STYLE = ("provider's context window", "tab:red")
-COMPACTION_STYLE = ("compaction (L1–L3)", "tab:orange", "v")
+ABOVE_AXIS = " (above the axis: {value} tokens)"
+# Markers on the wire panel: (legend label, colour, marker, label offset in points).
+COMPACTION_STYLE = ("planned compaction (trim, summary, truncation)", "tab:orange", "v", 6)
+RECOVERY_STYLE = ("recovery (recovery level 1–3)", "tab:brown", "^", -12)
+TRUNCATED_STYLE = ("answer cut at max_tokens", "tab:olive", "s")
 REJECTION_STYLE = ("rejected", "tab:red", "x")
-FRONT_STYLE = ("Pareto front", "tab:green")
-DOMINATED_STYLE = ("dominated", "tab:gray")
 # -- the outcome matrix: a verdict per cell, each with its colour ---------------------------------
 # Outcomes a scenario may *expect* that are failures by design (a floor fail-fast, a rate limit left
 # alone, an unfixable header cap): meeting them is right, and is drawn apart from a success.
@@ -102,8 +107,10 @@ VERDICTS: Mapping[str, tuple[str, str]] = MappingProxyType(
 )
 MATRIX_BASE_WIDTH = 4.6  # inches: scenario names and the legend
 MATRIX_CELL_WIDTH = 1.45
-MATRIX_BASE_HEIGHT = 1.6
-MATRIX_CELL_HEIGHT = 0.62
+MATRIX_BASE_HEIGHT = 1.2  # inches: title and axis labels
+MATRIX_LINE_HEIGHT = 0.15  # inches per line of x-small cell text, line spacing included
+MATRIX_CELL_PADDING = 0.14  # inches of a cell above and below its text
+LABEL_HEIGHT_PER_CHAR = 0.05  # inches a rotated policy label takes below the axes, per character
 CHECK_MET = "✓"
 CHECK_MISSED = "✗"
 CHECK_UNKNOWN = "?"
@@ -221,11 +228,13 @@ def budget_curve(
 
     Two panels share the x axis (the request index, 1-based in frame order; ticks mark the
     first request of each turn). **Wire bytes** (binary units): the request bodies, the proxy
-    cap and the learned cap (step lines, when the run has them), compactions (``▼``, labelled
-    ``L1``–``L3``) and rejections (``x``: ``rejected:*``, ``failed``, ``fail_fast_floor``); the
-    axis is zoomed to the requests and caps. **Tokens**: each request's estimated input tokens,
-    the window the session assumed, and ``provider_window`` (the provider's real window, e.g.
-    the scenario's) when given; logarithmic when a window dwarfs every request. The title
+    cap and the learned cap (step lines, when the run has them), planned compactions (``▼``,
+    named *trim*, *summary*, *truncation*), recoveries (``▲``, *recovery level 1–3*), answers cut
+    at ``max_tokens`` (``■``) and rejections (``x``: ``rejected:*``, ``failed``,
+    ``fail_fast_floor``); the axis is zoomed to the requests and caps. **Tokens** (linear):
+    each request's estimated input tokens, the window the session assumed, and
+    ``provider_window`` (the provider's real window, e.g. the scenario's) when given; a window
+    that dwarfs every request is named in the legend, above the axis. The title
     names the scenario, policy, the window and the proxy cap. ``run_id`` picks a run when the
     frame holds several.
     """
@@ -260,7 +269,8 @@ def budget_curve(
 
 
 def _wire_panel(ax: Axes, run: pd.DataFrame, xs: Sequence[int]) -> None:
-    """Request bodies, caps, compactions and rejections, in one binary unit, zoomed to them."""
+    """Request bodies, caps, compactions, recoveries, truncated answers and rejections, in one binary
+    unit, zoomed to them."""
     series = {column: _values(run, column) for column in WIRE_SERIES}
     top = max(value for points in series.values() for value in points if not math.isnan(value))
     unit_name, unit = binary_unit(top)
@@ -272,44 +282,66 @@ def _wire_panel(ax: Axes, run: pd.DataFrame, xs: Sequence[int]) -> None:
         elif any(not math.isnan(value) for value in points):
             _limit_line(ax, xs, points, colour=colour, label=label)
     request = scaled["request_bytes"]
-    levels = [0 if is_na(level) else int(level) for level in run["compaction_level"]]
-    compacted = [i for i, level in enumerate(levels) if level > 0]
-    if compacted:
-        label, colour, mark = COMPACTION_STYLE
-        ax.scatter(
-            [xs[i] for i in compacted],
-            [request[i] for i in compacted],
-            marker=mark,
-            color=colour,
-            zorder=3,
-            label=label,
-        )
-        for previous, i in zip([None, *compacted], compacted, strict=False):
-            if previous is not None and levels[previous] == levels[i]:
-                continue
-            ax.annotate(
-                f"L{levels[i]}",
-                (xs[i], request[i]),
-                textcoords="offset points",
-                xytext=(0, 6),
-                ha="center",
-                fontsize="x-small",
+    for column, style, name in (
+        ("recovery_level", RECOVERY_STYLE, recovery_step),
+        ("compaction_level", COMPACTION_STYLE, compaction_step),
+    ):
+        if column in run:
+            _level_marks(ax, xs, request, [0 if is_na(v) else int(v) for v in run[column]], style, name)
+    outcomes = [str(outcome) for outcome in run["outcome"]]
+    marks: tuple[tuple[tuple[str, str, str], list[int]], ...] = (
+        (TRUNCATED_STYLE, [i for i, outcome in enumerate(outcomes) if outcome == OUTCOME_TRUNCATED]),
+        (REJECTION_STYLE, [i for i, outcome in enumerate(outcomes) if _is_rejection(outcome)]),
+    )
+    for mark_style, chosen in marks:
+        if chosen:
+            label, colour, mark = mark_style
+            ax.scatter(
+                [xs[i] for i in chosen],
+                [request[i] for i in chosen],
+                marker=mark,
                 color=colour,
+                zorder=4,
+                label=label,
             )
-    rejected = [i for i, outcome in enumerate(run["outcome"]) if _is_rejection(str(outcome))]
-    if rejected:
-        label, colour, mark = REJECTION_STYLE
-        ax.scatter(
-            [xs[i] for i in rejected],
-            [request[i] for i in rejected],
-            marker=mark,
-            color=colour,
-            zorder=4,
-            label=label,
-        )
     ax.set_ylim(0, top / unit * HEADROOM)
     ax.set_ylabel(f"wire bytes ({unit_name})")
     ax.legend(**LEGEND_OUTSIDE)
+
+
+def _level_marks(
+    ax: Axes,
+    xs: Sequence[int],
+    request: Sequence[float],
+    levels: Sequence[int],
+    style: tuple[str, str, str, int],
+    name: Callable[[int], str],
+) -> None:
+    """Mark the requests a step preceded, each named where the step differs from the previous mark."""
+    marked = [i for i, level in enumerate(levels) if level > 0]
+    if not marked:
+        return
+    label, colour, mark, offset = style
+    ax.scatter(
+        [xs[i] for i in marked],
+        [request[i] for i in marked],
+        marker=mark,
+        color=colour,
+        zorder=3,
+        label=label,
+    )
+    for previous, i in zip([None, *marked], marked, strict=False):
+        if previous is not None and levels[previous] == levels[i]:
+            continue
+        ax.annotate(
+            name(levels[i]),
+            (xs[i], request[i]),
+            textcoords="offset points",
+            xytext=(0, offset),
+            ha="center",
+            fontsize="x-small",
+            color=colour,
+        )
 
 
 def _limit_line(ax: Axes, xs: Sequence[int], values: Sequence[float], *, colour: str, label: str) -> None:
@@ -320,34 +352,49 @@ def _limit_line(ax: Axes, xs: Sequence[int], values: Sequence[float], *, colour:
 
 
 def _tokens_tick(value: float, _position: object) -> str:
-    return f"{value / 1000:g}k" if abs(value) >= 1000 else f"{value:g}"
+    return format_tokens(value)
 
 
 def _token_panel(ax: Axes, run: pd.DataFrame, xs: Sequence[int], provider_window: int | None) -> float | None:
-    """Estimated input tokens against the window(s), on their own axis; returns the assumed window."""
+    """Estimated input tokens against the window(s), on their own linear axis; returns the assumed window.
+
+    A window more than :data:`OFF_AXIS_RATIO` times the largest request would flatten the requests
+    into the floor: the axis stops short of it and its legend entry says where it is.
+    """
     from matplotlib.ticker import FuncFormatter
 
     requests = _values(run, "estimated_tokens")
+    biggest_request = max((value for value in requests if not math.isnan(value)), default=0.0)
+    reach = OFF_AXIS_RATIO * biggest_request if biggest_request > 0 else math.inf
     label, colour = TOKEN_SERIES["estimated_tokens"]
     ax.plot(xs, requests, color=colour, linewidth=1.2, marker=".", label=label)
+    drawn = [value for value in requests if not math.isnan(value)]
     assumed = _values(run, "context_window")
-    if any(not math.isnan(value) for value in assumed):
+    known = [value for value in assumed if not math.isnan(value)]
+    if known:
         label, colour = TOKEN_SERIES["context_window"]
-        _limit_line(ax, xs, assumed, colour=colour, label=label)
-    drawn = [value for value in [*requests, *assumed] if not math.isnan(value)]
+        _limit_line(ax, xs, assumed, colour=colour, label=_off_axis(label, max(known), reach))
+        drawn += [value for value in known if value <= reach]
     if provider_window is not None:
         label, colour = PROVIDER_WINDOW_STYLE
-        ax.axhline(provider_window, color=colour, linestyle=":", linewidth=1, label=label)
-        drawn.append(float(provider_window))
-    biggest_request = max(requests) if requests else 0.0
-    if biggest_request > 0 and max(drawn) > LOG_SCALE_RATIO * biggest_request:
-        ax.set_yscale("log")
-    else:
-        ax.set_ylim(0, max(drawn) * HEADROOM)
+        ax.axhline(
+            provider_window,
+            color=colour,
+            linestyle=":",
+            linewidth=1,
+            label=_off_axis(label, provider_window, reach),
+        )
+        if provider_window <= reach:
+            drawn.append(float(provider_window))
+    ax.set_ylim(0, max(drawn, default=1.0) * HEADROOM)
     ax.yaxis.set_major_formatter(FuncFormatter(_tokens_tick))
     ax.set_ylabel("tokens")
     ax.legend(**LEGEND_OUTSIDE)
     return _first(assumed)
+
+
+def _off_axis(label: str, value: float, reach: float) -> str:
+    return label + ABOVE_AXIS.format(value=f"{value:,.0f}") if value > reach else label
 
 
 def is_na(value: object) -> bool:
@@ -471,9 +518,12 @@ def outcome_matrix(summary_frame: pd.DataFrame) -> Figure:
     scenarios = list(dict.fromkeys(summary_frame["scenario"]))
     order = list(VERDICTS)
     grid = np.full((len(scenarios), len(policies)), np.nan)
+    lines = max(str(text).count("\n") + 1 for text in cells["text"])
+    cell_height = MATRIX_LINE_HEIGHT * lines + 2 * MATRIX_CELL_PADDING
+    labels_height = LABEL_HEIGHT_PER_CHAR * max(len(str(p)) for p in policies)
     figure = new_figure(
         MATRIX_BASE_WIDTH + MATRIX_CELL_WIDTH * len(policies),
-        MATRIX_BASE_HEIGHT + MATRIX_CELL_HEIGHT * len(scenarios),
+        MATRIX_BASE_HEIGHT + labels_height + cell_height * len(scenarios),
     )
     ax = figure.subplots()
     for row, scenario in enumerate(scenarios):
@@ -494,7 +544,8 @@ def outcome_matrix(summary_frame: pd.DataFrame) -> Figure:
         bbox_to_anchor=(1.01, 1.0),
         frameon=False,
     )
-    ax.set_xticks(range(len(policies)), [str(p) for p in policies], rotation=30, ha="right", fontsize="small")
+    ax.set_xticks(range(len(policies)), [str(p) for p in policies])
+    rotate_tick_labels(ax)
     ax.set_yticks(range(len(scenarios)), [str(s) for s in scenarios], fontsize="small")
     ax.set_xlabel("policy")
     ax.set_ylabel("scenario")
@@ -512,76 +563,18 @@ def summarizer_cost(summary_frame: pd.DataFrame) -> Figure:
     ax = figure.subplots()
     bars = ax.bar(policies, costs, color="tab:blue")
     ax.bar_label(bars, labels=[f"${cost:.4f}" for cost in costs], fontsize="x-small")
-    ax.tick_params(axis="x", labelrotation=30, labelsize="small")
+    rotate_tick_labels(ax)
     ax.set_ylabel(f"summarizer USD per {TURNS_PER_UNIT} turns")
     ax.set_title("summarizer cost per policy")
     ax.margins(y=0.15)
     return figure
 
 
-def cost_vs_fact_survival(summary_frame: pd.DataFrame) -> Figure:
-    """Pareto scatter per policy: cache-adjusted input USD per 100 turns (x, lower is better) vs
-    mean fact survival % (y, higher is better); the non-dominated policies are the front.
-
-    Needs a ``fact_survival`` column with at least one value (policies without one are left out).
-    """
-    require_columns(summary_frame, (*SUMMARY_NEEDS, "fact_survival"), "cost_vs_fact_survival", SUMMARY_HINT)
-    table = aggregate_runs(summary_frame, ["policy"])
-    points = [
-        (str(policy), cost, survival)
-        for policy, cost, survival in zip(
-            table.index, table["cache_adjusted_usd_per_100_turns"], table["fact_survival_pct"], strict=True
-        )
-        if not (math.isnan(cost) or math.isnan(survival))
-    ]
-    if not points:
-        raise ValueError("cost_vs_fact_survival: no policy has both a cost and a fact_survival value")
-    front = _pareto_front([(cost, survival) for _, cost, survival in points])
-    figure = new_figure(6.5, 4.5)
-    ax = figure.subplots()
-    for on_front, (label, colour) in ((True, FRONT_STYLE), (False, DOMINATED_STYLE)):
-        chosen = [point for point, flag in zip(points, front, strict=True) if flag is on_front]
-        if chosen:
-            ax.scatter(
-                [c for _, c, _ in chosen],
-                [s for _, _, s in chosen],
-                color=colour,
-                zorder=3,
-                s=40 if on_front else 25,
-                label=label,
-            )
-    ordered = sorted((c, s) for (_, c, s), flag in zip(points, front, strict=True) if flag)
-    ax.step(
-        [c for c, _ in ordered],
-        [s for _, s in ordered],
-        where="post",
-        color=FRONT_STYLE[1],
-        linestyle="--",
-        linewidth=1,
-    )
-    ax.set_xlabel(f"cache-adjusted input USD per {TURNS_PER_UNIT} turns (lower is better)")
-    ax.set_xlim(0, max(cost for _, cost, _ in points) * 1.25 or 1.0)
-    ax.set_ylim(0, SURVIVAL_AXIS_TOP)
-    ax.set_ylabel("fact survival, mean over runs (%)")
-    ax.set_title("cost vs fact survival per policy")
-    ax.legend(fontsize="x-small", loc="lower right")
-    place_labels(ax, points)  # last: labels are placed where nothing else is drawn
-    return figure
-
-
-def _pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
-    """Which ``(cost, benefit)`` points no other point beats: cost <= and benefit >=, one strictly."""
-    return [
-        not any(oc <= cost and ob >= benefit and (oc < cost or ob > benefit) for oc, ob in points)
-        for cost, benefit in points
-    ]
-
-
 # -- episodes -------------------------------------------------------------------------------------
 def rejected_per_episode(episodes_frame: pd.DataFrame) -> Figure:
     """Rejected requests per failure episode, a box per policy with its mean marked and annotated.
 
-    The physical limit (1: the rejection that opens an episode) is drawn as a line.
+    The floor (1: the rejection that opens an episode; no policy can do better) is drawn as a line.
     """
     require_columns(episodes_frame, EPISODE_NEEDS, "rejected_per_episode", EPISODES_HINT)
     policies = list(dict.fromkeys(episodes_frame["policy"]))
@@ -606,13 +599,13 @@ def rejected_per_episode(episodes_frame: pd.DataFrame) -> Figure:
             color="tab:red",
         )
     ax.axhline(
-        PHYSICAL_LIMIT,
+        EPISODE_FLOOR,
         color="tab:green",
         linestyle="--",
         linewidth=1,
-        label=f"physical limit ({PHYSICAL_LIMIT})",
+        label=f"floor ({EPISODE_FLOOR}: the rejection that opens an episode)",
     )
-    ax.tick_params(axis="x", labelrotation=30, labelsize="small")
+    rotate_tick_labels(ax)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("rejected requests per episode")
     ax.set_title("rejected requests per failure episode")

@@ -58,7 +58,12 @@ RUN_COLUMNS: Mapping[str, tuple[str, str]] = MappingProxyType(
         "failure_kind": ("string", "ctxrecover FailureKind of a rejection or truncation; NA when ok"),
         "compaction_level": (
             "Int64",
-            "highest compaction/recovery level (1–3) applied right before this attempt; NA when none",
+            "deepest planned-compaction step right before this attempt: 1 trim, 2 summary, 3 truncation "
+            "(simulator.research.levels); NA when none",
+        ),
+        "recovery_level": (
+            "Int64",
+            "recovery ladder level (1–3) applied right before this attempt, after a rejection; NA when none",
         ),
         "summarizer_calls": ("int64", "summarizer calls spent right before this attempt"),
         "summarizer_tokens": ("int64", "summarizer input + output tokens spent right before this attempt"),
@@ -84,7 +89,7 @@ OUTCOMES: Mapping[str, str] = MappingProxyType(
     {
         OUTCOME_OK: "accepted; no recovery was needed on this turn",
         f"{REJECTED_PREFIX}<kind>": "rejected, recoverable: recovery and another attempt follow",
-        f"{RECOVERED_PREFIX}<1|2|3>": "accepted after recovery at that ladder level on this turn",
+        f"{RECOVERED_PREFIX}<1|2|3>": "accepted after recovery at that recovery level on this turn",
         OUTCOME_FAILED: "rejected, and the turn gave up (attempts spent or the kind is unrecoverable)",
         OUTCOME_FLOOR: "rejected, and the floor diagnosis stopped recovery (system prompt too big)",
         OUTCOME_TRUNCATED: "accepted, but the answer was cut at max_tokens (an escalation may follow)",
@@ -145,6 +150,7 @@ class AttemptRecord:
     outcome: str
     failure_kind: str | None = None
     compaction_level: int | None = None
+    recovery_level: int | None = None
     summarizer_calls: int = 0
     summarizer_tokens: int = 0
     summarizer_cost_usd: float = 0.0
@@ -233,14 +239,14 @@ def episodes(frame: pd.DataFrame) -> pd.DataFrame:
     max_tokens error) and closes at the next attempt of that turn that is not ``rejected:*``:
     accepted (``recovered``) or ``failed``/``fail_fast_floor`` (not recovered); a run ending
     mid-episode is not recovered. ``wasted_retries`` counts identical payloads resent;
-    ``final_level`` is the ``recovered@L`` level, else the highest compaction level seen.
+    ``final_level`` is the ``recovered@L`` level, else the highest recovery level seen.
     Rows are read in frame order (chronological within a run).
     """
     import pandas as pd
 
     open_episodes: dict[tuple[str, int], _Episode] = {}
     closed: list[_Episode] = []
-    columns = ["run_id", "turn", "outcome", "failure_kind", "compaction_level", "identical_retry"]
+    columns = ["run_id", "turn", "outcome", "failure_kind", "recovery_level", "identical_retry"]
     for run_id, turn, outcome, kind, level, identical in frame[columns].itertuples(index=False):
         key = (run_id, int(turn))
         episode = open_episodes.get(key)
@@ -278,7 +284,7 @@ def _cache_costs(frame: pd.DataFrame, price_per_mtok: float) -> tuple[float, flo
     """``(uncached input cost, cache-adjusted input cost, cache rebuilds)`` of one run.
 
     Only accepted attempts reach the provider's cache. The first request writes its
-    whole prompt; a request after a compaction (a compaction level on it or on a
+    whole prompt; a request after a compaction or a recovery (a level on it or on a
     rejected attempt since the last accepted one) rewrites the whole prefix — a
     rebuild; otherwise the previous prompt is read from cache and the rest written.
     """
@@ -286,10 +292,9 @@ def _cache_costs(frame: pd.DataFrame, price_per_mtok: float) -> tuple[float, flo
     rebuilds = 0
     previous_tokens: int | None = None
     compacted = False
-    for outcome, tokens, level in frame[["outcome", "estimated_tokens", "compaction_level"]].itertuples(
-        index=False
-    ):
-        compacted = compacted or not _missing(level)
+    columns = ["outcome", "estimated_tokens", "compaction_level", "recovery_level"]
+    for outcome, tokens, level, recovery in frame[columns].itertuples(index=False):
+        compacted = compacted or not _missing(level) or not _missing(recovery)
         if not _is_accepted(outcome):
             continue
         tokens = int(tokens)

@@ -39,13 +39,15 @@ from simulator.research.figures import (
     SUMMARY_NEEDS,
     aggregate_runs,
     budget_curve,
-    cost_vs_fact_survival,
     is_na,
     outcome_matrix,
     rejected_per_episode,
     require_columns,
     summarizer_cost,
 )
+from simulator.research.objectives import knob_response
+from simulator.research.pareto import cost_vs_fact_survival
+from simulator.research.response import RESPONSE_FILE, knob_response_figure
 
 __all__ = [
     "ATTEMPTS_CSV",
@@ -56,6 +58,7 @@ __all__ = [
     "RunData",
     "SUMMARY_CSV",
     "archived_by_source",
+    "budget_stem",
     "comparison_table",
     "failure_counts",
     "load_run",
@@ -72,7 +75,8 @@ ATTEMPTS_CSV = "attempts.csv"
 MANIFEST_JSON = "manifest.json"
 SUMMARY_CSV = "summary.csv"  # optional per-run summaries (a sweep writes them)
 REPORT_DIR = "report"
-BUDGET_FILE = "budget-{run}"
+# One name per run's budget curve, for `ctxsim run --figures` and `ctxsim report` alike.
+BUDGET_FILE = "budget-{scenario}--{transcript}--{policy}--s{seed}"
 FIGURE_FILES: Mapping[str, str] = MappingProxyType(
     {
         "outcome_matrix": "outcome-matrix",
@@ -82,7 +86,11 @@ FIGURE_FILES: Mapping[str, str] = MappingProxyType(
     }
 )
 TABLE_STEMS: tuple[str, ...] = ("comparison", "runs", "episodes")  # each written as .csv and .md
-OPTIONAL_ATTEMPT_COLUMNS = frozenset({"notices", "elapsed_ms"})  # a CSV may leave timing out
+RESPONSE_TABLE = "knob-response"  # a sweep's or tune's knobs against each objective (.csv and .md)
+TUNE_DEFAULT, TUNE_TRIAL = "default", "trial-{number}"  # how a tune's run directory names its policies
+# A CSV may leave timing out; one written before recovery levels had their own column lacks them.
+ADDED_LATER: tuple[str, ...] = ("recovery_level",)  # read as NA from an older table
+OPTIONAL_ATTEMPT_COLUMNS = frozenset({"notices", "elapsed_ms", *ADDED_LATER})
 MANIFEST_RUN_FIELDS: tuple[str, ...] = ("fact_survival", "outcome", "expected_outcome")  # + chars_lost
 UNSAFE_FILENAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 SAVE_METADATA: Mapping[str, Mapping[str, None]] = MappingProxyType(
@@ -96,7 +104,7 @@ EPISODE_SOURCE_COLUMNS: tuple[str, ...] = (
     "turn",
     "outcome",
     "failure_kind",
-    "compaction_level",
+    "recovery_level",
     "identical_retry",
 )
 # SessionStats' breakdown of archived chars by source (planned, recovery, microcompact, dedup, tool
@@ -108,7 +116,7 @@ COMPARISON_COLUMNS: Mapping[str, str] = MappingProxyType(
         "runs": "runs of the policy on the scenario",
         "episodes": "failure episodes (consecutive rejected attempts of one turn)",
         "recovered_pct": "episodes that ended in an accepted request, % (NA: no failure to recover)",
-        "rejected_per_episode": "rejected requests per failure episode (the physical limit is 1)",
+        "rejected_per_episode": "rejected requests per failure episode (the floor is 1)",
         "summarizer_usd_per_100_turns": "summarizer USD per 100 turns",
         "cache_adjusted_usd_per_100_turns": "provider input USD per 100 turns with prompt caching",
         "fact_survival_pct": "tagged facts still in the history or recallable at the end, mean over runs, %",
@@ -300,6 +308,12 @@ def read_attempts(path: Path) -> pd.DataFrame:
     frame = pd.read_csv(path, dtype=dtypes, keep_default_na=False, na_values=[""])
     if "notices" in frame:
         frame["notices"] = frame["notices"].fillna("")
+    for name in ADDED_LATER:
+        if name not in frame:
+            dtype = RUN_COLUMNS[name][0]
+            frame.insert(
+                list(RUN_COLUMNS).index(name), name, pd.Series(pd.NA, index=frame.index, dtype=dtype)
+            )
     return frame
 
 
@@ -375,8 +389,23 @@ def _provider_windows(manifest: Mapping[str, Any]) -> dict[str, int]:
     return windows
 
 
-def _file_stem(run_id: str) -> str:
-    return BUDGET_FILE.format(run=UNSAFE_FILENAME_CHARS.sub("_", run_id).strip("_") or "run")
+def _safe_part(name: object) -> str:
+    return UNSAFE_FILENAME_CHARS.sub("_", str(name)).strip("_") or "run"
+
+
+def budget_stem(*, scenario: str, transcript: str, policy: str, seed: int | None) -> str:
+    """The file name (without suffix) of one run's budget curve, the same for ``ctxsim run --figures``
+    and ``ctxsim report``: scenario first (files sort by scenario), then transcript, policy and seed.
+
+    >>> budget_stem(scenario="corporate-128k-waf", transcript="chat-50k", policy="keep_recent=6", seed=0)
+    'budget-corporate-128k-waf--chat-50k--keep_recent_6--s0'
+    """
+    return BUDGET_FILE.format(
+        scenario=_safe_part(scenario),
+        transcript=_safe_part(transcript),
+        policy=_safe_part(policy),
+        seed="-" if seed is None or is_na(seed) else int(seed),
+    )
 
 
 def write_report(
@@ -388,8 +417,10 @@ def write_report(
     scenario's provider window when the manifest records it), the outcome matrix (when runs
     carry their expected outcome, or there are failure episodes), rejected requests per
     episode (when there are failure episodes), the summarizer cost, the cost/fact-survival
-    Pareto scatter (when runs carry ``fact_survival``), and the ``comparison``, ``runs`` and
-    ``episodes`` tables as CSV and markdown. Deterministic: the same directory gives the same bytes.
+    Pareto scatter (when runs carry ``fact_survival`` and there are several policies), for a sweep or
+    tune each knob against each objective (``knob-response`` table and one figure per objective), and
+    the ``comparison``, ``runs`` and ``episodes`` tables as CSV and markdown. A tune's budget curves are
+    its default's and its chosen trial's. Deterministic: the same directory gives the same bytes.
     """
     unknown = [fmt for fmt in formats if fmt not in SAVE_METADATA]
     if unknown or not formats:
@@ -401,11 +432,17 @@ def write_report(
     target.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     windows = _provider_windows(data.manifest)
-    scenario_of = data.attempts.drop_duplicates("run_id").set_index("run_id")["scenario"]
-    for run_id in dict.fromkeys(data.attempts["run_id"]):
-        window = windows.get(str(scenario_of[run_id]))
-        figure = budget_curve(data.attempts, run_id=run_id, provider_window=window)
-        written += _save(figure, target / _file_stem(str(run_id)), formats)
+    identity = data.attempts.drop_duplicates("run_id").set_index("run_id")
+    drawn = _budget_policies(data.manifest)
+    for run_id, run in identity.iterrows():
+        if drawn is not None and str(run["policy"]) not in drawn:
+            continue
+        window = windows.get(str(run["scenario"]))
+        figure = budget_curve(data.attempts, run_id=str(run_id), provider_window=window)
+        stem = budget_stem(
+            scenario=run["scenario"], transcript=run["transcript"], policy=run["policy"], seed=run["seed"]
+        )
+        written += _save(figure, target / stem, formats)
     found = policy_episodes(data.attempts)
     summaries = data.summaries
     judged = "expected_outcome" in summaries and summaries["expected_outcome"].notna().any()
@@ -414,10 +451,26 @@ def write_report(
     if not found.empty:
         written += _save(rejected_per_episode(found), target / FIGURE_FILES["rejected_per_episode"], formats)
     written += _save(summarizer_cost(summaries), target / FIGURE_FILES["summarizer_cost"], formats)
-    if "fact_survival" in summaries and summaries["fact_survival"].notna().any():
+    several = summaries["policy"].nunique() > 1  # one policy's "front" is a single dot
+    if several and "fact_survival" in summaries and summaries["fact_survival"].notna().any():
         written += _save(
             cost_vs_fact_survival(summaries), target / FIGURE_FILES["cost_vs_fact_survival"], formats
         )
+    knobs = [name for name in data.manifest.get("knob_columns", ()) if name in summaries]
+    if knobs and "seed" in summaries:
+        response = knob_response(summaries, knobs)
+        written += _write_table(response, target / RESPONSE_TABLE)
+        for objective in dict.fromkeys(response["objective"]):
+            figure_stem = target / RESPONSE_FILE.format(objective=objective.replace("_", "-"))
+            written += _save(knob_response_figure(response, objective), figure_stem, formats)
     for stem, table in zip(TABLE_STEMS, (comparison_table(summaries), summaries, found), strict=True):
         written += _write_table(table, target / stem)
     return written
+
+
+def _budget_policies(manifest: Mapping[str, Any]) -> set[str] | None:
+    """The policies whose runs get budget curves: a tune's default and chosen trial; else every one."""
+    if manifest.get("kind") != "tune":
+        return None
+    chosen = manifest.get("chosen_trial")
+    return {TUNE_DEFAULT, *([TUNE_TRIAL.format(number=chosen)] if chosen is not None else [])}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
-import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -20,6 +19,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ctxrecover.policy import Policy
+from simulator.proxy.scenario import Scenario
 from simulator.recorder import proxy_cap
 from simulator.replay import ReplayResult, expectation_problems
 
@@ -34,6 +34,7 @@ __all__ = [
     "TIMING_COLUMNS",
     "code_version",
     "manifest",
+    "scenario_entry",
     "write_attempts_csv",
     "write_figures",
     "write_manifest",
@@ -43,9 +44,6 @@ __all__ = [
 ATTEMPTS_CSV = "attempts.csv"
 MANIFEST_JSON = "manifest.json"
 OUTCOME_MATRIX_PNG = "outcome-matrix.png"
-BUDGET_PNG = "budget-{scenario}.png"  # one run per scenario
-BUDGET_RUN_PNG = "budget-{scenario}--{transcript}.png"  # several transcripts per scenario
-UNSAFE_FILENAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 TIMING_COLUMNS: tuple[str, ...] = ("elapsed_ms",)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GIT_DESCRIBE = ("git", "describe", "--always", "--dirty", "--tags")
@@ -95,6 +93,22 @@ def _policy_fields(policy: Policy) -> dict[str, Any]:
     return {f.name: getattr(policy, f.name) for f in dataclasses.fields(policy) if f.name != "env_problems"}
 
 
+def scenario_entry(scenario: Scenario) -> dict[str, Any]:
+    """A scenario as a manifest records it (runs and sweeps alike): name, source, description, seed,
+    its provider (context window included: the budget curves draw it), proxy cap, policy overrides
+    and expectation."""
+    return {
+        "name": scenario.name,
+        "source": str(scenario.source) if scenario.source else None,
+        "description": scenario.description,
+        "seed": scenario.seed,
+        "provider": dataclasses.asdict(scenario.provider),
+        "proxy_cap": proxy_cap(scenario),
+        "policy_overrides": scenario.policy_overrides(),
+        "expect": dataclasses.asdict(scenario.expect),
+    }
+
+
 def manifest(
     results: Sequence[ReplayResult],
     *,
@@ -112,19 +126,7 @@ def manifest(
         "policy": {"name": policy_name, "fields": _policy_fields(policy)},
         "seed": seed,
         "transport": transport,
-        "scenarios": [
-            {
-                "name": s.name,
-                "source": str(s.source) if s.source else None,
-                "description": s.description,
-                "seed": s.seed,
-                "provider": dataclasses.asdict(s.provider),
-                "proxy_cap": proxy_cap(s),
-                "policy_overrides": s.policy_overrides(),
-                "expect": dataclasses.asdict(s.expect),
-            }
-            for s in scenarios.values()
-        ],
+        "scenarios": [scenario_entry(s) for s in scenarios.values()],
         "transcripts": [
             {
                 "name": t.name,
@@ -163,16 +165,17 @@ def write_manifest(path: Path, document: Mapping[str, Any]) -> Path:
     return path
 
 
-def _safe(name: str) -> str:
-    return UNSAFE_FILENAME_CHARS.sub("_", name).strip("_") or "run"
+def budget_file(result: ReplayResult) -> str:
+    """The budget curve's file name: :func:`simulator.research.report.budget_stem` of the run, ``.png``."""
+    from simulator.research.report import budget_stem
 
-
-def budget_file(result: ReplayResult, *, per_transcript: bool) -> str:
-    """The budget curve's file name: per scenario, or per scenario and transcript."""
-    if per_transcript:
-        transcript = _safe(result.transcript.name)
-        return BUDGET_RUN_PNG.format(scenario=_safe(result.scenario.name), transcript=transcript)
-    return BUDGET_PNG.format(scenario=_safe(result.scenario.name))
+    stem = budget_stem(
+        scenario=result.scenario.name,
+        transcript=result.transcript.name,
+        policy=result.policy_name,
+        seed=result.seed,
+    )
+    return f"{stem}.png"
 
 
 def _warm_up() -> None:
@@ -213,15 +216,14 @@ class FigureWriter:
     ``finish(results)`` queues the outcome matrix and waits for every file. Use it as a
     context manager so the worker stops even when a replay fails::
 
-        with FigureWriter(out, per_transcript=False) as figures:
+        with FigureWriter(out) as figures:
             for ...:
                 figures.add(replay(...))
             paths = figures.finish(results)
     """
 
-    def __init__(self, directory: Path, *, per_transcript: bool) -> None:
+    def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
-        self.per_transcript = per_transcript
         methods = multiprocessing.get_all_start_methods()
         method = next(m for m in WORKER_START_METHODS if m in methods)
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context(method))
@@ -230,7 +232,7 @@ class FigureWriter:
 
     def add(self, result: ReplayResult) -> None:
         """Queue the budget curve of one finished replay."""
-        path = self.directory / budget_file(result, per_transcript=self.per_transcript)
+        path = self.directory / budget_file(result)
         self._pending.append(
             self._pool.submit(_draw_budget, result.frame, result.scenario.provider.context_window, path)
         )
@@ -253,18 +255,12 @@ class FigureWriter:
 def write_figures(results: Sequence[ReplayResult], directory: Path) -> list[Path]:
     """The quick-look figures of ``results`` in ``directory``, drawn in this process.
 
-    A budget curve per run (per scenario when each scenario ran one transcript) and the
+    A budget curve per run (named as ``ctxsim report`` names it, :func:`budget_file`) and the
     outcome matrix (:data:`OUTCOME_MATRIX_PNG`); :class:`FigureWriter` draws the same files
     in a worker process.
     """
-    names = [r.scenario.name for r in results]
-    per_transcript = len(names) > len(set(names))  # a scenario ran several transcripts
     written = [
-        _draw_budget(
-            r.frame,
-            r.scenario.provider.context_window,
-            Path(directory) / budget_file(r, per_transcript=per_transcript),
-        )
+        _draw_budget(r.frame, r.scenario.provider.context_window, Path(directory) / budget_file(r))
         for r in results
     ]
     return [*written, _draw_matrix(_summaries(results), Path(directory) / OUTCOME_MATRIX_PNG)]

@@ -43,7 +43,7 @@ import json
 import multiprocessing
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +62,7 @@ from simulator.research.baselines import (
 )
 from simulator.research.metrics import RUN_COLUMNS, AttemptRecord, records_to_frame
 from simulator.research.report import ATTEMPTS_CSV, MANIFEST_JSON, SUMMARY_CSV, write_report
-from simulator.research.run_files import code_version, write_manifest
+from simulator.research.run_files import code_version, scenario_entry, write_manifest
 from simulator.transcripts.loaders import Transcript
 from simulator.workloads import load_named_transcript, workload_transcript
 
@@ -70,7 +70,24 @@ if TYPE_CHECKING:
     import pandas as pd
 from simulator.research.grid import Uniform, Values, checked_values, expand_grid, random_points
 
-__all__ = ["CACHE_DIR", "LEADING_COLUMNS", "RunSpec", "code_hash", "knob_column", "run_one", "sweep"]
+__all__ = [
+    "CACHE_DIR",
+    "LEADING_COLUMNS",
+    "RunSpec",
+    "Transcripts",
+    "code_hash",
+    "executor_for",
+    "knob_column",
+    "plan_runs",
+    "read_cached",
+    "rows_frame",
+    "run_one",
+    "scenario_list",
+    "sweep",
+    "transcript_list",
+    "write_cached",
+    "write_outputs",
+]
 
 
 CACHE_DIR = "cache"
@@ -300,9 +317,11 @@ def _process_context() -> multiprocessing.context.BaseContext:
 
 
 @contextmanager
-def _executor(
+def executor_for(
     executor: concurrent.futures.Executor | None, workers: int | None, dask: str | None
 ) -> Iterator[concurrent.futures.Executor | None]:
+    """``executor``, else a Dask cluster's executor (``local`` or an address), else a process pool of
+    ``workers`` (None: one per CPU); None for ``workers=1`` (run in this process)."""
     if executor is not None:
         yield executor
         return
@@ -326,7 +345,8 @@ def _executor(
         yield pool
 
 
-def _scenarios(scenarios: str | Scenario | Iterable[str | Path | Scenario] | None) -> list[Scenario]:
+def scenario_list(scenarios: str | Scenario | Iterable[str | Path | Scenario] | None) -> list[Scenario]:
+    """Scenarios by name, path or object (a comma-separated string too); None: every bundled one."""
     if scenarios is None:
         items: list[str | Path | Scenario] = list(list_scenarios())
     elif isinstance(scenarios, str | Scenario):
@@ -339,9 +359,10 @@ def _scenarios(scenarios: str | Scenario | Iterable[str | Path | Scenario] | Non
     return loaded
 
 
-def _transcript_items(
+def transcript_list(
     transcripts: str | Transcript | Iterable[str | Path | Transcript] | None,
 ) -> list[str | Transcript | None]:
+    """Transcripts by name, path or object (a comma-separated string too); None: each scenario's own."""
     if transcripts is None:
         return [None]
     if isinstance(transcripts, str | Transcript):
@@ -353,8 +374,8 @@ def _transcript_items(
     return [item if isinstance(item, Transcript) else str(item) for item in transcripts]
 
 
-class _Transcripts:
-    """Transcripts of the sweep, loaded once in this process for their hashes."""
+class Transcripts:
+    """Transcripts of a sweep, loaded once in this process for their hashes."""
 
     def __init__(self) -> None:
         self.loaded: dict[str, Transcript] = {}
@@ -420,7 +441,6 @@ def sweep(
     many runs were ``computed`` and how many came ``from_cache``. Raises
     :class:`~ctxrecover.errors.ConfigError` for a bad definition before anything runs.
     """
-    import pandas as pd
 
     if executor is not None and dask is not None:
         raise ConfigError("give either executor= or dask=, not both")
@@ -431,37 +451,23 @@ def sweep(
     for _name, policy, _strategy in resolved:
         for point in points:
             policy.replace(**point)  # raises ConfigError naming the field or value
-    scenario_list = _scenarios(scenarios)
-    transcript_items = _transcript_items(transcripts)
+    scenario_objects = scenario_list(scenarios)
+    transcript_items = transcript_list(transcripts)
     seed_list = list(seeds)
     if not seed_list or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seed_list):
         raise ConfigError(f"seeds must be integers >= 0, got {seed_list!r}")
 
     code = code_hash()
-    loaded = _Transcripts()
-    specs: list[RunSpec] = []
-    for (name, _policy, strategy), point, scenario, item, run_seed in itertools.product(
-        resolved, points, scenario_list, transcript_items, seed_list
-    ):
-        policy, _ = _policy_for(name, point)
-        effective = policy if strategy is None else strategy.apply(policy)
-        label = _label(name, point)
-        transcript = loaded.get(item, scenario)
-        identity = {
-            "transcript_sha256": transcript.sha256,
-            "policy": {"name": label, "fields": _policy_fields(effective)},
-            "strategy": name if strategy is not None else None,
-            "scenario": {"name": scenario.name, "sha256": _scenario_hash(scenario)},
-            "seed": run_seed,
-            "code": code,
-        }
-        specs.append(RunSpec(_run_key(identity), label, name, tuple(point.items()), scenario, item, run_seed))
+    loaded = Transcripts()
+    specs = plan_runs(
+        resolved, points, scenario_objects, transcript_items, seed_list, code=code, loaded=loaded
+    )
 
     cache = Path(cache_dir) if cache_dir is not None else Path(out_dir) / CACHE_DIR if out_dir else None
     payloads: dict[str, dict[str, Any]] = {}
     if cache is not None:
         for spec in specs:
-            found = _read_cache(cache / f"{spec.key}{CACHE_SUFFIX}", spec.key)
+            found = read_cached(cache, spec)
             if found is not None:
                 payloads[spec.key] = found
     from_cache = len({spec.key for spec in specs if spec.key in payloads})
@@ -470,7 +476,7 @@ def sweep(
     if missing:
         with (
             _progress(len(missing) + from_cache, from_cache, progress) as bar,
-            _executor(executor, workers, dask) as pool,
+            executor_for(executor, workers, dask) as pool,
         ):
             runs = _Runs(pool, missing)
             failure: Exception | None = None
@@ -483,7 +489,7 @@ def sweep(
                         continue
                     payloads[spec.key] = outcome
                     if cache is not None:
-                        _write_atomically(cache / f"{spec.key}{CACHE_SUFFIX}", json.dumps(outcome))
+                        write_cached(cache, outcome)
                     computed += 1
                     bar.update()
                     if on_result is not None:
@@ -494,13 +500,10 @@ def sweep(
             if failure is not None:
                 raise failure
 
-    rows = [payloads[spec.key]["row"] for spec in specs]
-    frame = pd.DataFrame(rows)
     knob_columns = list(dict.fromkeys(knob_column(k) for point in points for k in point))
-    ordered = [*LEADING_COLUMNS, *knob_columns, *[c for c in TRAILING_COLUMNS if c in frame.columns]]
-    frame = frame[ordered]
+    frame = rows_frame(specs, payloads, knob_columns)
     if out_dir is not None:
-        _write_outputs(
+        write_outputs(
             Path(out_dir),
             frame,
             specs,
@@ -515,7 +518,7 @@ def sweep(
                 "random": random,
                 "seed": seed,
                 "policies": [name for name, _p, _s in resolved],
-                "scenarios": [s.name for s in scenario_list],
+                "scenarios": [s.name for s in scenario_objects],
                 "transcripts": [_transcript_label(t) for t in transcript_items],
                 "seeds": seed_list,
             },
@@ -528,7 +531,59 @@ def sweep(
     return frame
 
 
-def _write_outputs(
+def plan_runs(
+    resolved: Sequence[tuple[str, Policy, Strategy | None]],
+    points: list[dict[str, Any]],
+    scenarios: list[Scenario],
+    transcripts: list[str | Transcript | None],
+    seeds: list[int],
+    *,
+    code: str,
+    loaded: Transcripts,
+) -> list[RunSpec]:
+    """One :class:`RunSpec` per policy × point × scenario × transcript × seed, keyed for the cache."""
+    specs: list[RunSpec] = []
+    for (name, _policy, strategy), point, scenario, item, run_seed in itertools.product(
+        resolved, points, scenarios, transcripts, seeds
+    ):
+        policy, _ = _policy_for(name, point)
+        effective = policy if strategy is None else strategy.apply(policy)
+        label = _label(name, point)
+        transcript = loaded.get(item, scenario)
+        identity = {
+            "transcript_sha256": transcript.sha256,
+            "policy": {"name": label, "fields": _policy_fields(effective)},
+            "strategy": name if strategy is not None else None,
+            "scenario": {"name": scenario.name, "sha256": _scenario_hash(scenario)},
+            "seed": run_seed,
+            "code": code,
+        }
+        specs.append(RunSpec(_run_key(identity), label, name, tuple(point.items()), scenario, item, run_seed))
+    return specs
+
+
+def read_cached(cache: Path, spec: RunSpec) -> dict[str, Any] | None:
+    """The cached payload of ``spec`` in ``cache``, or None (missing, unreadable or another key's)."""
+    return _read_cache(cache / f"{spec.key}{CACHE_SUFFIX}", spec.key)
+
+
+def write_cached(cache: Path, payload: dict[str, Any]) -> None:
+    """Store a :func:`run_one` payload in ``cache``, atomically."""
+    _write_atomically(cache / f"{payload['key']}{CACHE_SUFFIX}", json.dumps(payload))
+
+
+def rows_frame(
+    specs: list[RunSpec], payloads: Mapping[str, dict[str, Any]], knob_columns: list[str]
+) -> pd.DataFrame:
+    """The sweep rows of ``specs`` (one per run, in order): leading columns, knobs, the run's numbers."""
+    import pandas as pd
+
+    frame = pd.DataFrame([payloads[spec.key]["row"] for spec in specs])
+    ordered = [*LEADING_COLUMNS, *knob_columns, *[c for c in TRAILING_COLUMNS if c in frame.columns]]
+    return frame[ordered]
+
+
+def write_outputs(
     out: Path,
     frame: pd.DataFrame,
     specs: list[RunSpec],
@@ -539,8 +594,12 @@ def _write_outputs(
     definition: dict[str, Any],
     code: str,
     resolved: list[tuple[str, Policy, Strategy | None]],
-    loaded: _Transcripts,
+    loaded: Transcripts,
+    kind: str = "sweep",
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
+    """Write a sweep (or tune) directory: attempts, summary, manifest (``kind``, ``extra`` entries
+    added) and, with ``figures``, its report."""
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
@@ -555,9 +614,10 @@ def _write_outputs(
     files = [ATTEMPTS_CSV, SUMMARY_CSV, MANIFEST_JSON]
     scenarios = {spec.scenario.name: spec.scenario for spec in specs}
     manifest = {
-        "kind": "sweep",
+        "kind": kind,
         "code_version": {**code_version(), "sha256": code},
-        "sweep": definition,
+        kind: definition,
+        **(extra or {}),
         "knob_columns": knob_columns,
         "policies": [
             {
@@ -567,16 +627,7 @@ def _write_outputs(
             }
             for name, policy, strategy in resolved
         ],
-        "scenarios": [
-            {
-                "name": s.name,
-                "source": str(s.source) if s.source else None,
-                "sha256": _scenario_hash(s),
-                "description": s.description,
-                "policy_overrides": s.policy_overrides(),
-            }
-            for s in scenarios.values()
-        ],
+        "scenarios": [{**scenario_entry(s), "sha256": _scenario_hash(s)} for s in scenarios.values()],
         "transcripts": [
             {"name": t.name, "source": t.source_path, "format": t.format, "sha256": t.sha256}
             for t in {t.sha256: t for t in loaded.loaded.values()}.values()

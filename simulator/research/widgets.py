@@ -27,6 +27,7 @@ from ctxrecover.policy import DEFAULT_POLICY, Policy
 from simulator.proxy.scenario import Scenario, list_scenarios, load_scenario
 from simulator.replay import ReplayResult, replay
 from simulator.research.figures import budget_curve
+from simulator.research.levels import compaction_step, recovery_step
 from simulator.workloads import bundled_transcripts
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTROL_NAMES",
+    "PAYLOAD_CAPS",
     "POLICY_SLIDERS",
     "SCENARIO_SUMMARIZER",
     "SUMMARIZER_CHOICES",
@@ -67,14 +69,40 @@ POLICY_SLIDERS: Mapping[str, tuple[float, float, float, str]] = MappingProxyType
     {
         "budget_ratio": (0.10, 1.00, 0.05, "budget ratio"),
         "keep_recent": (1, 40, 1, "keep recent"),
-        "emergency_keep_messages": (2, 40, 1, "L2 keep msgs"),
+        "emergency_keep_messages": (2, 40, 1, "recovery 2 keeps"),
         "microcompact_truncate_turns": (1, 20, 1, "preview after"),
         "microcompact_summarize_turns": (1, 20, 1, "summarize after"),
-        "payload_cap": (0, 2 * 1024 * 1024, 4096, "payload cap B"),
     }
 )
+# The payload-cap slider: none, then 8 KB to 2 MB in steps of √2 (a log scale: each step the same
+# ratio, so 16 KB and 1 MB are equally easy to reach), shown in KB; the value is in bytes.
+PAYLOAD_CAP_KB: tuple[int, ...] = (
+    8,
+    11,
+    16,
+    23,
+    32,
+    45,
+    64,
+    91,
+    128,
+    181,
+    256,
+    362,
+    512,
+    724,
+    1024,
+    1448,
+    2048,
+)
+NO_CAP_LABEL = "none"
+PAYLOAD_CAPS: tuple[tuple[str, int], ...] = (
+    (NO_CAP_LABEL, 0),
+    *((f"{kb:,} KB", kb * 1024) for kb in PAYLOAD_CAP_KB),
+)
+PAYLOAD_CAP_LABEL = "payload cap"
 # Argument order of run_replay's controls (the dashboard shows them in this order).
-CONTROL_NAMES: tuple[str, ...] = ("scenario", "transcript", *POLICY_SLIDERS, "summarizer")
+CONTROL_NAMES: tuple[str, ...] = ("scenario", "transcript", *POLICY_SLIDERS, "payload_cap", "summarizer")
 DASHBOARD_POLICY_NAME = "dashboard"
 INVALID_POLICY_PREFIX = "⚠ no replay: "
 FIGURE_DPI = 100
@@ -147,6 +175,7 @@ def _summary(result: ReplayResult) -> dict[str, Any]:
         "transcript": result.transcript.name,
         "summarizer": result.scenario.summarizer.behaviour,
         **{name: getattr(result.policy, name) for name in POLICY_SLIDERS},
+        "payload_cap": result.policy.payload_cap,
         "outcome": result.outcome,
         "expected_outcome": result.scenario.expect.outcome,
         "turns": f"{result.turns_completed}/{result.turns}",
@@ -154,7 +183,8 @@ def _summary(result: ReplayResult) -> dict[str, Any]:
         "rejected_requests": summary["rejected_requests"],
         "recovered_episodes": summary["recovered_episodes"],
         "failed_episodes": summary["failed_episodes"],
-        "max_compaction_level": result.max_compaction_level,
+        "deepest_compaction": _named(result.max_compaction_level, compaction_step),
+        "highest_recovery": _named(result.max_recovery_level, recovery_step),
         "learned_cap": learned[-1] if learned else None,
         "summarizer_calls": summary["summarizer_calls"],
         "summarizer_cost_usd": summary["summarizer_cost_usd"],
@@ -162,6 +192,15 @@ def _summary(result: ReplayResult) -> dict[str, Any]:
         "chars_lost": result.chars_lost,
         "fact_survival": result.fact_survival,
     }
+
+
+def _named(level: int | None, name: Callable[[int], str]) -> str | None:
+    return None if level is None else name(level)
+
+
+def _cap_text(cap: int) -> str:
+    labels = {size: label for label, size in PAYLOAD_CAPS}
+    return labels.get(cap, NO_CAP_LABEL if cap == 0 else f"{cap:,} B")
 
 
 def summary_frame(summary: Mapping[str, Any]) -> pd.DataFrame:
@@ -198,7 +237,8 @@ def replay_controls(
 
     Dropdowns: scenario (bundled), transcript (the scenario's workload or a bundled
     fixture, smallest first), summarizer (:data:`SUMMARIZER_CHOICES`); sliders: the
-    :data:`POLICY_SLIDERS` knobs, acting on release.
+    :data:`POLICY_SLIDERS` knobs and the payload cap (:data:`PAYLOAD_CAPS`: none or 8 KB–2 MB on a
+    log scale, shown in KB, valued in bytes), acting on release.
     """
     import ipywidgets as widgets
 
@@ -233,6 +273,20 @@ def replay_controls(
             style=style,
             layout=layout,
         )
+    cap = policy.payload_cap
+    options = (
+        PAYLOAD_CAPS
+        if cap in {size for _label, size in PAYLOAD_CAPS}
+        else (*PAYLOAD_CAPS, (_cap_text(cap), cap))
+    )
+    controls["payload_cap"] = widgets.SelectionSlider(
+        options=list(options),
+        value=cap,
+        description=PAYLOAD_CAP_LABEL,
+        continuous_update=False,
+        style=style,
+        layout=layout,
+    )
     # Old tool results are previewed before they are cleared: the "summarize after" slider never goes
     # below "preview after" (Policy rejects the inverted pair).
     widgets.dlink(

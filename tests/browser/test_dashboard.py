@@ -172,15 +172,27 @@ def test_moving_a_slider_replays_and_redraws_the_table_and_the_figure(
         page = driver.find_element(By.TAG_NAME, "body").text[-2000:]
         return f"page text:\n{page}\nvoila.log:\n{_tail(tmp_path / 'voila.log')}"
 
+    # The first load is timed on its own: it is the one a user meets (a fresh kernel, cold caches);
+    # a reload after a stalled page (voila#1446) is reported, never folded into its time.
+    loads: list[tuple[int, float, bool]] = []  # (load, seconds, rendered)
     for load in range(1, PAGE_LOADS + 1):
+        load_started = time.monotonic()
         driver.get(voila_url)
         try:
             before = _wait("the dashboard's first replay", RENDER_S, output, explain)
-            break
         except AssertionError:
+            loads.append((load, time.monotonic() - load_started, False))
             if load == PAGE_LOADS:
                 raise
+            continue
+        loads.append((load, time.monotonic() - load_started, True))
+        break
     rendered = time.monotonic() - started
+    _load, first_seconds, first_rendered = loads[0]
+    print(
+        f"first page load: {'rendered' if first_rendered else 'showed nothing'} in {first_seconds:.1f} s"
+        + ("" if first_rendered else f"; load {loads[-1][0]} rendered in {loads[-1][1]:.1f} s")
+    )
     (slider,) = [s for s in driver.find_elements(By.CSS_SELECTOR, ".widget-slider") if SLIDER in s.text]
     readout = slider.find_element(By.CSS_SELECTOR, ".widget-readout")
     assert readout.text == "0.60" and "recovered" in before[1]

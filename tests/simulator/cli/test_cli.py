@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import io
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -103,7 +104,11 @@ def test_run_writes_the_csv_manifest_and_figures_and_prints_the_table(
 
     csv_header = (out / "attempts.csv").read_text(encoding="utf-8").splitlines()[0]
     assert csv_header.split(",") == list(RUN_COLUMNS)
-    for name in ("budget-corporate-128k-waf.png", "budget-rate-limit-429.png", "outcome-matrix.png"):
+    for name in (
+        "budget-corporate-128k-waf--chat-50k--default--s0.png",
+        "budget-rate-limit-429--chat-50k--default--s0.png",
+        "outcome-matrix.png",
+    ):
         assert (out / name).read_bytes().startswith(PNG_MAGIC)
 
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
@@ -300,11 +305,19 @@ def test_replay_prints_the_turn_log_and_a_summary(capsys: pytest.CaptureFixture[
 
     lines = out.splitlines()
     assert code == 0
-    assert f"[turn 8 · attempt 1] {RECOVERABLE_WAF}" in lines
-    assert any(
-        line.startswith("[turn 8 · attempt 1] → ") and "rejected:waf_rejection" in line for line in lines
-    )
-    assert any(line.startswith("[turn 8 · attempt 2] → ") and "recovered@L1" in line for line in lines)
+    turn = [line for line in lines if line.startswith("[turn 8 ·")]
+    rejected = next(i for i, line in enumerate(turn) if line.startswith("[turn 8 · attempt 1] → "))
+    assert "rejected:waf_rejection" in turn[rejected]
+    # the refusal prints first, then the notices it causes, then the retry's own lines
+    assert turn.index(f"[turn 8 · attempt 1] {RECOVERABLE_WAF}") > rejected
+    assert all(line.startswith("[turn 8 · attempt 1]") for line in turn[: rejected + 1])
+    first_of_retry = next(i for i, line in enumerate(turn) if line.startswith("[turn 8 · attempt 2]"))
+    assert all(line.startswith("[turn 8 · attempt 2]") for line in turn[first_of_retry:])
+    assert turn[-1].startswith("[turn 8 · attempt 2] → ")
+    assert " · recovered · after recovery level 1" in turn[-1]
+    assert len([line for line in turn if "] → " in line]) == 2  # each attempt's line once
+    # one vocabulary in words: no level codes anywhere in the log
+    assert not [line for line in lines if re.search(r"\bL[123]\b|@L", line)]
     assert lines[-1].startswith("corporate-128k-waf × chat-50k: recovered (expected recovered)")
 
 

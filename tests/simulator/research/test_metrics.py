@@ -37,8 +37,8 @@ from simulator.transcripts.loaders import Fact
 DESIGN_COLUMNS = (
     "run_id transcript transcript_sha256 scenario policy seed turn attempt request_bytes history_weight "
     "message_count estimated_tokens proxy_cap learned_cap context_window max_tokens outcome failure_kind "
-    "compaction_level summarizer_calls summarizer_tokens summarizer_cost_usd provider_cost_usd "
-    "chars_archived chars_lost notices elapsed_ms identical_retry"
+    "compaction_level recovery_level summarizer_calls summarizer_tokens summarizer_cost_usd "
+    "provider_cost_usd chars_archived chars_lost notices elapsed_ms identical_retry"
 ).split()
 
 
@@ -296,12 +296,12 @@ def run_records() -> list[AttemptRecord]:
             2,
             "rejected:payload_too_large",
             failure_kind="payload_too_large",
-            compaction_level=1,
+            recovery_level=1,
             identical_retry=True,
         ),
-        record(1, 3, "recovered@L2", compaction_level=2, chars_archived=500),
+        record(1, 3, "recovered@L2", recovery_level=2, compaction_level=3, chars_archived=500),
         record(2, 1, "rejected:context_overflow", failure_kind="context_overflow"),
-        record(2, 2, "failed", failure_kind="context_overflow", compaction_level=3),
+        record(2, 2, "failed", failure_kind="context_overflow", recovery_level=3),
         record(3, 1, "truncated", failure_kind="output_truncated"),
         record(3, 2, "ok"),
         record(4, 1, "fail_fast_floor", failure_kind="payload_too_large"),
@@ -351,6 +351,21 @@ def test_episodes_group_consecutive_rejections_of_a_turn() -> None:
             "recovered": False,
             "final_level": None,
         },
+    ]
+
+
+def test_an_episode_ends_at_its_recovery_level_never_at_a_planned_compaction_step() -> None:
+    frame = records_to_frame(
+        [
+            record(0, 1, "rejected:context_overflow", failure_kind="context_overflow"),
+            record(0, 2, "failed", failure_kind="context_overflow", compaction_level=3),
+            record(1, 1, "rejected:context_overflow", failure_kind="context_overflow"),
+            record(1, 2, "failed", failure_kind="context_overflow", recovery_level=1, compaction_level=3),
+        ]
+    )
+    assert episodes(frame)["final_level"].astype(object).where(lambda s: s.notna(), None).tolist() == [
+        None,
+        1,
     ]
 
 
@@ -404,7 +419,7 @@ def test_cache_adjusted_cost_pays_a_full_rewrite_after_each_compaction() -> None
             record(0, 1, "ok", estimated_tokens=1000),
             record(1, 1, "ok", estimated_tokens=2000),
             record(2, 1, "rejected:context_overflow", estimated_tokens=9000),
-            record(2, 2, "recovered@L1", estimated_tokens=500, compaction_level=1),
+            record(2, 2, "recovered@L1", estimated_tokens=500, recovery_level=1),
             record(3, 1, "ok", estimated_tokens=800),
         ]
     )

@@ -7,25 +7,29 @@ import io
 import itertools
 import json
 import math
+import random
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Annotation, Text
+from matplotlib.transforms import Bbox
 
 from ctxrecover.events import SessionStats
 from simulator.research import run_files
 from simulator.research.figures import (
     VERDICTS,
     budget_curve,
-    cost_vs_fact_survival,
     outcome_cells,
     outcome_matrix,
     rejected_per_episode,
     summarizer_cost,
 )
 from simulator.research.metrics import RUN_COLUMNS, AttemptRecord, records_to_frame
+from simulator.research.pareto import cost_vs_fact_survival, front_table
 from simulator.research.report import (
     ATTEMPTS_CSV,
     COMPARISON_COLUMNS,
@@ -72,7 +76,7 @@ def attempt(run_id: str, turn: int, attempt_no: int, outcome: str, **fields: obj
 
 
 def waf_run(run_id: str, *, recovered: bool = True, summarizer_cost: float = 0.0) -> list[AttemptRecord]:
-    """4 turns; turn 2 is rejected twice, then recovers at L2 (or fails)."""
+    """4 turns; turn 2 is rejected twice, then recovers at recovery level 2, truncated (or fails)."""
     records = [attempt(run_id, 0, 1, "ok"), attempt(run_id, 1, 1, "ok")]
     records += [
         attempt(run_id, 2, 1, "rejected:waf_rejection", failure_kind="waf_rejection", request_bytes=3200),
@@ -83,7 +87,7 @@ def waf_run(run_id: str, *, recovered: bool = True, summarizer_cost: float = 0.0
             "rejected:waf_rejection",
             failure_kind="waf_rejection",
             request_bytes=2500,
-            compaction_level=1,
+            recovery_level=1,
             learned_cap=LEARNED_CAP,
             chars_archived=700,
         ),
@@ -107,7 +111,8 @@ def waf_run(run_id: str, *, recovered: bool = True, summarizer_cost: float = 0.0
             3,
             "recovered@L2",
             request_bytes=1800,
-            compaction_level=2,
+            recovery_level=2,
+            compaction_level=3,
             learned_cap=LEARNED_CAP,
             summarizer_calls=1,
             summarizer_cost_usd=summarizer_cost,
@@ -252,11 +257,40 @@ def test_a_one_request_run_is_drawn_in_a_readable_band_with_its_cap_across() -> 
     assert collection(wire.figure, "rejected") == [(1.0, 146_500 / 1024)]
 
 
+RECOVERY_MARKS = "recovery (recovery level 1–3)"
+COMPACTION_MARKS = "planned compaction (trim, summary, truncation)"
+
+
 def test_budget_curve_marks_compactions_with_their_level_and_rejections(attempts: pd.DataFrame) -> None:
     figure = budget_curve(attempts, run_id="none/waf/0")
-    assert collection(figure, "compaction (L1–L3)") == [(4, 2500 / 1024)]  # exact: KiB are powers of 2
+    assert collection(figure, RECOVERY_MARKS) == [(4, 2500 / 1024)]  # exact: KiB are powers of 2
     assert collection(figure, "rejected") == [(3, 3200 / 1024), (4, 2500 / 1024), (5, 2400 / 1024)]
-    assert texts(figure) == ["L1"]
+    assert texts(figure) == ["recovery level 1"]
+
+
+def test_budget_curve_names_recovery_levels_and_compaction_steps_in_words_on_two_scales(
+    attempts: pd.DataFrame,
+) -> None:
+    # turn 2's retry followed recovery level 2 and then planned compaction's truncation: two marks, two names
+    figure = budget_curve(attempts, run_id="default/waf/0")
+    assert collection(figure, RECOVERY_MARKS) == [(4, 2500 / 1024), (5, 1800 / 1024)]
+    assert collection(figure, COMPACTION_MARKS) == [(5, 1800 / 1024)]
+    assert texts(figure) == ["recovery level 1", "recovery level 2", "truncation"]
+    every_text = [t.get_text() for ax in figure.axes for t in [*ax.texts, *ax.get_legend().get_texts()]]
+    assert not [text for text in every_text if re.search(r"\bL[123]\b", text)]
+
+
+def test_budget_curve_shows_answers_cut_at_max_tokens() -> None:
+    frame = records_to_frame(
+        [
+            attempt("p/trunc/0", 0, 1, "ok"),
+            attempt("p/trunc/0", 1, 1, "truncated", failure_kind="output_truncated", max_tokens=4096),
+            attempt("p/trunc/0", 1, 2, "truncated", failure_kind="output_truncated", max_tokens=8192),
+            attempt("p/trunc/0", 1, 3, "ok", max_tokens=16384),
+        ]
+    )
+    figure = budget_curve(frame)
+    assert collection(figure, "answer cut at max_tokens") == [(2, 1500 / 1024), (3, 1500 / 1024)]
 
 
 def test_budget_curve_ticks_the_first_request_of_each_turn(attempts: pd.DataFrame) -> None:
@@ -276,12 +310,46 @@ def test_budget_curve_leaves_out_caps_the_run_does_not_have() -> None:
     assert "no context window recorded · no proxy cap" in figure.get_suptitle()
 
 
-def test_budget_curve_draws_the_provider_window_and_goes_log_when_a_window_dwarfs_the_requests() -> None:
+def test_budget_curve_names_a_window_that_dwarfs_the_requests_above_a_linear_axis() -> None:
     frame = records_to_frame([attempt("p/s/0", 0, 1, "ok", context_window=200_000)])
-    _wire, tokens = wire_and_tokens(budget_curve(frame, provider_window=8000))
-    assert tokens.get_yscale() == "log"
+    _wire, tokens = wire_and_tokens(budget_curve(frame, provider_window=1500))
+    assert tokens.get_yscale() == "linear"
     (window,) = [line for line in tokens.get_lines() if line.get_label() == "provider's context window"]
-    assert list(window.get_ydata()) == [8000, 8000]
+    assert list(window.get_ydata()) == [1500, 1500]
+    assert tokens.get_ylim()[1] == pytest.approx(1500 * 1.12)
+    assert labels(tokens)[-1] == "context window the session assumed (above the axis: 200,000 tokens)"
+
+
+TOKEN_TICK = re.compile(r"\d+(\.\d+)?[kM]?")
+
+
+@pytest.mark.parametrize(
+    ("requests", "window", "provider_window"),
+    [
+        ([250, 400], 1000, None),
+        ([20_000, 60_000, 90_000], 128_000, 6000),  # a provider window far below the assumed one
+        ([30_000, 40_000], 1_000_000, 1_000_000),  # a window that dwarfs every request
+        ([150_000, 900_000, 1_400_000], 2_000_000, None),  # millions
+    ],
+)
+def test_every_token_axis_is_linear_and_reads_one_format(
+    requests: list[int], window: int, provider_window: int | None
+) -> None:
+    frame = records_to_frame(
+        [
+            attempt("p/s/0", turn, 1, "ok", estimated_tokens=tokens, context_window=window)
+            for turn, tokens in enumerate(requests)
+        ]
+    )
+    figure = budget_curve(frame, provider_window=provider_window)
+    _wire, tokens = wire_and_tokens(figure)
+    figure.draw_without_rendering()
+    shown = [label.get_text() for label in tokens.get_yticklabels() if label.get_text()]
+    assert tokens.get_yscale() == "linear" and len(shown) >= 3
+    assert [text for text in shown if not TOKEN_TICK.fullmatch(text)] == []
+    assert not tokens.yaxis.get_minor_ticks() or not any(
+        label.get_text() for label in tokens.get_yticklabels(minor=True)
+    )
 
 
 def test_budget_curve_needs_a_run_id_when_the_frame_holds_several(attempts: pd.DataFrame) -> None:
@@ -461,13 +529,15 @@ def test_summarizer_cost_draws_usd_per_100_turns_per_policy(summaries: pd.DataFr
     assert axes.get_ylabel() == "summarizer USD per 100 turns"
 
 
-def test_rejected_per_episode_marks_means_and_the_physical_limit(attempts: pd.DataFrame) -> None:
+def test_rejected_per_episode_marks_means_and_the_floor(attempts: pd.DataFrame) -> None:
     figure = rejected_per_episode(policy_episodes(attempts))
     axes = figure.axes[0]
     assert collection(figure, "mean") == [(1, 2.0), (2, 3.0)]
     assert texts(figure) == ["2.00", "3.00"]
-    (limit,) = [line for line in axes.get_lines() if line.get_label() == "physical limit (1)"]
+    floor = "floor (1: the rejection that opens an episode)"
+    (limit,) = [line for line in axes.get_lines() if line.get_label() == floor]
     assert list(limit.get_ydata()) == [1, 1]
+    assert not [text for text in map(str, [*line_labels(figure), *texts(figure)]) if "physical" in text]
     assert [t.get_text() for t in axes.get_xticklabels()] == ["default", "none"]
 
 
@@ -486,49 +556,117 @@ def test_cost_vs_fact_survival_highlights_the_pareto_front() -> None:
     assert list(cost.rank()) == [1, 2, 4, 3]
     assert collection(figure, "Pareto front") == [(cost["cheap"], 50.0), (cost["default"], 80.0)]
     assert collection(figure, "dominated") == [(cost["dear"], 80.0), (cost["worse"], 40.0)]
-    assert texts(figure) == ["cheap", "default", "dear", "worse"]
+    assert texts(figure) == ["1", "2", "3", "4"]  # numbered points, named in the key
+    assert key(figure) == ["1  cheap", "2  default", "3  dear", "4  worse"]
 
 
-def test_cost_vs_fact_survival_labels_never_overlap_even_for_coinciding_policies() -> None:
-    # Peer baselines often land on the very same point (same cost, same survival), or next to it.
-    points = {
-        "default": (0.40, 1.0),
-        "cap-bisection": (0.40, 1.0),
-        "no-recovery": (0.10, 0.63),
-        "cline-drop-half": (0.31, 0.42),
-        "cline-drop-three-quarters": (0.30, 0.39),
-        "langchain-keep-last-n": (0.30, 0.35),
-        "observation-masking": (0.11, 0.61),
-        "summarize-everything": (0.32, 0.46),
-    }
-    frame = pd.DataFrame(
+def key(figure: Figure) -> list[str]:
+    (legend,) = figure.legends
+    return [text.get_text() for text in legend.get_texts()]
+
+
+def pareto_frame(points: dict[str, tuple[float, float, float]]) -> pd.DataFrame:
+    """One summary row per policy: (cache-adjusted cost, fact survival, share of 4 episodes recovered)."""
+    return pd.DataFrame(
         [
             {
                 "policy": name,
                 "scenario": "s",
                 "turns": 100,
-                "recovered_episodes": 1,
-                "failed_episodes": 0,
-                "rejected_requests": 1,
+                "recovered_episodes": round(4 * recovered),
+                "failed_episodes": 4 - round(4 * recovered),
+                "rejected_requests": 4,
                 "summarizer_cost_usd": 0.0,
                 "cache_adjusted_cost_usd": cost,
                 "chars_lost": 0,
                 "fact_survival": survival,
             }
-            for name, (cost, survival) in points.items()
+            for name, (cost, survival, recovered) in points.items()
         ]
     )
+
+
+def test_a_policy_that_recovers_less_than_the_default_is_never_on_the_front() -> None:
+    # no-recovery is the cheapest and keeps as many facts: it gives up instead of recovering
+    frame = pareto_frame(
+        {"default": (0.40, 1.0, 1.0), "no-recovery": (0.10, 1.0, 0.0), "lean": (0.30, 0.9, 1.0)}
+    )
+    table = front_table(frame)
+    assert table[["eligible", "on_front"]].to_dict("index") == {
+        "default": {"eligible": True, "on_front": True},
+        "no-recovery": {"eligible": False, "on_front": False},
+        "lean": {"eligible": True, "on_front": True},
+    }
     figure = cost_vs_fact_survival(frame)
+    assert collection(figure, "recovers fewer episodes than default") == [(0.10, 100.0)]
+    assert collection(figure, "Pareto front") == [(0.40, 100.0), (0.30, 90.0)]
+    # without the default, the best recovery rate present is the bar
+    assert not front_table(frame[frame["policy"] != "default"])["eligible"]["no-recovery"]
+
+
+def text_box(annotation: Annotation, renderer: object) -> Bbox:
+    """Where an annotation's text is drawn, its leader line left out."""
+    annotation.update_positions(renderer)
+    return Text.get_window_extent(annotation, renderer)
+
+
+def assert_labels_readable(figure: Figure, numbers: int) -> None:
+    """Every number is on the plot once, no label overlaps another or a point, all inside the axes."""
+    axes = figure.axes[0]
     renderer = figure.canvas.get_renderer()
-    boxes = {t.get_text(): t.get_window_extent(renderer) for t in figure.axes[0].texts}
-    assert sorted(boxes) == sorted(points)
+    boxes = [(t.get_text(), text_box(t, renderer)) for t in axes.texts]
+    shown = sorted(int(number) for text, _box in boxes for number in text.split(","))
+    assert shown == list(range(1, numbers + 1))
     overlapping = [
-        (a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes.items(), 2) if box_a.overlaps(box_b)
+        (a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)
     ]
     assert overlapping == []
+    frame = axes.bbox
+    outside = [text for text, box in boxes if not (frame.x0 <= box.x0 and box.x1 <= frame.x1)]
+    outside += [text for text, box in boxes if not (frame.y0 <= box.y0 and box.y1 <= frame.y1)]
+    assert outside == []
+    points = [tuple(axes.transData.transform(xy)) for c in axes.collections for xy in c.get_offsets()]
+    covering = [text for text, box in boxes for x, y in points if box.contains(x, y)]
+    assert covering == []
+    assert not [text for text in key(figure) if "not marked" in text]
+    positions = {text: box.bounds for text, box in boxes}
     figure.savefig(io.BytesIO(), format="png")  # drawing again keeps the positions the check measured
-    for text in figure.axes[0].texts:
-        assert text.get_window_extent(renderer).bounds == pytest.approx(boxes[text.get_text()].bounds)
+    for text in axes.texts:
+        assert text_box(text, renderer).bounds == pytest.approx(positions[text.get_text()])
+
+
+def test_cost_vs_fact_survival_labels_never_overlap_even_for_coinciding_policies() -> None:
+    # Peer baselines often land on the very same point (same cost, same survival), or next to it.
+    points = {
+        "default": (0.40, 1.0, 1.0),
+        "cap-bisection": (0.40, 1.0, 1.0),
+        "no-recovery": (0.10, 0.63, 0.0),
+        "cline-drop-half": (0.31, 0.42, 1.0),
+        "cline-drop-three-quarters": (0.30, 0.39, 1.0),
+        "langchain-keep-last-n": (0.30, 0.35, 1.0),
+        "observation-masking": (0.11, 0.61, 1.0),
+        "summarize-everything": (0.32, 0.46, 1.0),
+    }
+    figure = cost_vs_fact_survival(pareto_frame(points))
+    assert "1,2" in texts(figure)  # default and cap-bisection share their spot and their label
+    assert_labels_readable(figure, len(points))
+    assert key(figure) == [f"{n}  {name}" for n, name in enumerate(points, start=1)]
+
+
+def test_cost_vs_fact_survival_labels_a_random_search_heap_without_overlaps() -> None:
+    # `sweep --random N`: long policy labels, points piled in a corner of the plot
+    rng = random.Random(6)
+    points = {
+        f"default[budget_ratio={rng.uniform(0.3, 0.9):.4f},keep_recent={rng.randint(2, 20)}]": (
+            0.30 + rng.uniform(0, 0.02),
+            95 / 100 + rng.uniform(0, 0.03),
+            1.0,
+        )
+        for _ in range(24)
+    }
+    figure = cost_vs_fact_survival(pareto_frame(points))
+    assert_labels_readable(figure, len(points))
+    assert all(len(text) <= 5 for text in texts(figure))  # numbers, not the long labels
 
 
 def test_cost_vs_fact_survival_needs_fact_survival_values(attempts: pd.DataFrame) -> None:
@@ -622,7 +760,10 @@ def test_write_report_writes_figures_and_tables(tmp_path: Path, attempts: pd.Dat
     names = sorted(path.name for path in written)
     assert all(path.parent == report and path.stat().st_size > 0 for path in written)
     assert names == sorted(
-        [f"budget-{run.replace('/', '_')}.png" for run in dict.fromkeys(attempts["run_id"])]
+        [
+            f"budget-{run.split('/')[1]}--demo--{run.split('/')[0]}--s{run.split('/')[2]}.png"
+            for run in dict.fromkeys(attempts["run_id"])
+        ]
         + [f"{stem}.png" for stem in FIGURE_FILES.values()]
         + [f"{table}.{ext}" for table in ("comparison", "runs", "episodes") for ext in ("csv", "md")]
     )
@@ -651,7 +792,7 @@ def test_write_report_skips_figures_the_data_does_not_support(tmp_path: Path) ->
     frame = records_to_frame(quiet_run("p/s/0"))
     written = write_report(write_run_dir(tmp_path, frame, {"runs": []}))
     figures = sorted(p.name for p in written if p.suffix == ".png")
-    assert figures == ["budget-p_s_0.png", "summarizer-cost.png"]  # no episodes, no fact survival
+    assert figures == ["budget-s--demo--p--s0.png", "summarizer-cost.png"]  # no episodes, no fact survival
 
 
 def test_write_report_prefers_the_summary_csv(tmp_path: Path, attempts: pd.DataFrame) -> None:
@@ -715,7 +856,7 @@ def test_write_report_reads_a_real_ctxsim_run_directory(tmp_path: Path) -> None:
             "--scenarios",
             "anthropic-200k-overflow",
             "--no-timing",
-            "--no-figures",
+            "--figures",
             "--out",
             str(run_dir),
         ]
@@ -724,5 +865,102 @@ def test_write_report_reads_a_real_ctxsim_run_directory(tmp_path: Path) -> None:
     assert set(RUN_COLUMNS) - set(data.attempts.columns) == {"elapsed_ms"}
     written = write_report(run_dir)
     names = {path.name for path in written}
-    assert {f"{FIGURE_FILES[name]}.png" for name in FIGURE_FILES} <= names
+    # one policy: no Pareto "front" of a single dot; every other figure
+    assert {f"{FIGURE_FILES[name]}.png" for name in FIGURE_FILES if name != "cost_vs_fact_survival"} <= names
+    assert f"{FIGURE_FILES['cost_vs_fact_survival']}.png" not in names
     assert data.summaries["fact_survival"].notna().all()
+    # `run --figures` and `report` name a run's budget curve by one scheme
+    quick_look = sorted(path.name for path in run_dir.glob("budget-*.png"))
+    assert quick_look == sorted(name for name in names if name.startswith("budget-"))
+    assert quick_look == ["budget-anthropic-200k-overflow--swe-agent-nofc-quiet-rotation--default--s0.png"]
+
+
+# -- labels and cells stay where they belong ------------------------------------------------------
+LONG_POLICIES = [  # a random search's labels, and peer baselines
+    "default[budget_ratio=0.6123,keep_recent=7,emergency_keep_messages=12]",
+    "observation-masking",
+    "summarize-everything",
+    "cline-drop-three-quarters",
+]
+
+
+def many_policies(summaries: pd.DataFrame) -> pd.DataFrame:
+    frames = [
+        summaries.assign(policy=[f"{name}{'' if p == 'default' else '-x'}" for p in summaries["policy"]])
+        for name in LONG_POLICIES
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.mark.parametrize("draw", ["summarizer_cost", "outcome_matrix", "rejected_per_episode"])
+def test_rotated_category_labels_end_at_their_ticks(summaries: pd.DataFrame, draw: str) -> None:
+    frame = many_policies(summaries)
+    figure = (
+        summarizer_cost(frame)
+        if draw == "summarizer_cost"
+        else outcome_matrix(frame)
+        if draw == "outcome_matrix"
+        else rejected_per_episode(policy_episodes(records_to_frame(waf_run(f"{LONG_POLICIES[3]}/waf/0"))))
+    )
+    figure.draw_without_rendering()
+    axes = figure.axes[0]
+    renderer = figure.canvas.get_renderer()
+    for tick, label in zip(axes.get_xticks(), axes.get_xticklabels(), strict=True):
+        box = label.get_window_extent(renderer)
+        tick_x = axes.transData.transform((tick, 0))[0]
+        # a label that ends at its tick reaches past it by at most its font's height (its rotated corner)
+        assert tick_x - 1 <= box.x1 <= tick_x + label.get_fontsize() * figure.dpi / 72, label.get_text()
+
+
+def test_outcome_matrix_cell_text_stays_inside_its_cell(summaries: pd.DataFrame) -> None:
+    frame = judged(
+        summaries,
+        {
+            "default/waf/0": ("recovered", "recovered", 0),
+            "default/waf/1": ("failed", "recovered", 0),  # a missed cell: the longest text, four lines
+            "default/quiet/0": ("no_compaction", "no_compaction", 0),
+            "none/waf/0": ("failed", "recovered", 1200),
+            "none/quiet/0": ("ok", "ok", 0),
+        },
+    )
+    frame = many_policies(frame)
+    figure = outcome_matrix(frame)
+    figure.draw_without_rendering()
+    axes = figure.axes[0]
+    renderer = figure.canvas.get_renderer()
+    assert max(t.get_text().count("\n") + 1 for t in axes.texts) == 4
+    for text in axes.texts:
+        column, row = text.get_position()
+        (x0, y0), (x1, y1) = axes.transData.transform([(column - 0.5, row + 0.5), (column + 0.5, row - 0.5)])
+        box = text.get_window_extent(renderer)
+        assert x0 <= box.x0 and box.x1 <= x1 and y0 <= box.y0 and box.y1 <= y1, text.get_text()
+
+
+def test_a_sweep_report_draws_each_knob_against_each_objective_with_its_interval_across_seeds(
+    tmp_path: Path,
+) -> None:
+    from simulator.research.objectives import OBJECTIVES
+    from simulator.research.response import knob_response_figure
+    from simulator.research.sweep import sweep
+
+    sweep(
+        grid={"keep_recent": [2, 8]},
+        scenarios=["openai-128k-overflow"],
+        seeds=[0, 1],
+        workers=1,
+        figures=True,
+        progress=False,
+        out_dir=tmp_path,
+    )
+    response = pd.read_csv(tmp_path / REPORT_DIR / "knob-response.csv")
+    assert sorted(set(response["value"])) == [2, 8] and set(response["seeds"]) == {2}
+    assert set(response["objective"]) == set(OBJECTIVES)
+    for objective in OBJECTIVES:
+        assert (tmp_path / REPORT_DIR / f"knob-response-{objective.replace('_', '-')}.png").is_file()
+    # the figure draws the table: one point per value, error bars from low to high
+    rows = response[response["objective"] == "rejected_per_run"]
+    figure = knob_response_figure(rows, "rejected_per_run")
+    (bars,) = [c for c in figure.axes[0].containers]
+    points = bars.lines[0]
+    assert list(points.get_xdata()) == [2.0, 8.0]
+    assert list(points.get_ydata()) == pytest.approx(list(rows["mean"]))

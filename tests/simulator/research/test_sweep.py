@@ -274,3 +274,26 @@ def test_progress_shows_a_bar_only_when_asked(tmp_path: Path, capsys: pytest.Cap
     loud = capsys.readouterr().err
 
     assert quiet == "" and "ctxsim sweep" in loud and "1/1" in loud
+
+
+def test_a_sweep_manifest_carries_its_providers_so_budget_curves_show_the_real_window(tmp_path: Path) -> None:
+    # openai-128k-overflow: the session assumes 128,000 tokens, the provider rejects near 6,000
+    small_sweep(tmp_path, grid=None, policies="default", scenarios=["openai-128k-overflow"], transcripts=None)
+
+    manifest = json.loads((tmp_path / "manifest.json").read_text(encoding="utf-8"))
+    (scenario,) = manifest["scenarios"]
+    assert scenario["provider"]["context_window"] == 6000
+    data = load_run(tmp_path)
+    (run_id,) = set(data.attempts["run_id"])
+    from simulator.research.figures import budget_curve
+    from simulator.research.report import write_report
+
+    written = write_report(tmp_path, out_dir=tmp_path / "report")
+    assert [p.name for p in written if p.name.startswith("budget-")]
+    figure = budget_curve(
+        data.attempts, run_id=run_id, provider_window=scenario["provider"]["context_window"]
+    )
+    assert "window 6,000 tokens" in figure.get_suptitle()
+    tokens = figure.axes[1]
+    (window,) = [line for line in tokens.get_lines() if line.get_label() == "provider's context window"]
+    assert list(window.get_ydata()) == [6000, 6000]

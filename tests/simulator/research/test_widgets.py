@@ -26,6 +26,7 @@ from simulator.research.widgets import (
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+KNOB_CONTROLS = (*POLICY_SLIDERS, "payload_cap")  # every control that sets a Policy field
 # A small, fast scenario: chat-50k overflows a 128k-token window shrunk by the scenario.
 SCENARIO = "openai-128k-overflow"
 KNOBS = {
@@ -71,7 +72,7 @@ def test_run_replay_returns_the_budget_curve_and_a_summary_of_the_run(spy: Repla
     assert (summary["scenario"], summary["transcript"]) == (SCENARIO, "chat-50k")
     assert summary["outcome"] == summary["expected_outcome"] == "recovered"
     assert summary["chars_lost"] == 0
-    assert {name: summary[name] for name in POLICY_SLIDERS} == KNOBS
+    assert {name: summary[name] for name in KNOB_CONTROLS} == KNOBS
     ((transcript, _scenario, _policy),) = spy.calls
     assert transcript is None  # the scenario's own workload
 
@@ -117,10 +118,10 @@ def test_controls_start_at_the_policy_knobs_and_act_on_release() -> None:
     controls = replay_controls(scenario=SCENARIO, policy=policy)
 
     assert list(controls) == list(CONTROL_NAMES)
-    assert {name: controls[name].value for name in POLICY_SLIDERS} == {
-        name: getattr(policy, name) for name in POLICY_SLIDERS
+    assert {name: controls[name].value for name in KNOB_CONTROLS} == {
+        name: getattr(policy, name) for name in KNOB_CONTROLS
     }
-    assert all(controls[name].continuous_update is False for name in POLICY_SLIDERS)
+    assert all(controls[name].continuous_update is False for name in KNOB_CONTROLS)
     assert controls["scenario"].value == SCENARIO
     assert controls["transcript"].options[0] == WORKLOAD_TRANSCRIPT
     assert "chat-50k" in controls["transcript"].options
@@ -154,14 +155,14 @@ OTHER_VALUES = {
 
 def what_happened(summary: dict[str, Any]) -> dict[str, Any]:
     """The summary without the echo of the knobs the replay ran with."""
-    return {key: value for key, value in summary.items() if key not in POLICY_SLIDERS}
+    return {key: value for key, value in summary.items() if key not in KNOB_CONTROLS}
 
 
 def test_the_dashboard_opens_on_a_scenario_where_every_slider_changes_the_result() -> None:
     controls = replay_controls()
     assert controls["scenario"].value == DEFAULT_SCENARIO
     opening = {name: controls[name].value for name in CONTROL_NAMES}
-    assert set(OTHER_VALUES) == set(POLICY_SLIDERS)
+    assert set(OTHER_VALUES) == set(KNOB_CONTROLS)
 
     _, first = run_replay(**opening)
     assert first["outcome"] == first["expected_outcome"] and first["chars_lost"] == 0
@@ -312,3 +313,21 @@ def test_controls_of_your_own_that_invert_an_ordered_pair_say_why_instead_of_rep
     assert "⚠ no replay: Policy.microcompact_truncate_turns (9) must be <=" in capsys.readouterr().out
     controls["microcompact_summarize_turns"].value = 12  # the pair is ordered again: replays
     assert len(spy.calls) == 2 and dashboard.result is not None
+
+
+def test_the_payload_cap_slider_reads_kilobytes_on_a_log_scale() -> None:
+    slider = replay_controls(scenario=SCENARIO)["payload_cap"]
+    labels = [label for label, _value in slider.options]
+    sizes = [value for _label, value in slider.options]
+    assert (labels[0], sizes[0], slider.value) == ("none", 0, 0)
+    assert labels[1:4] == ["8 KB", "11 KB", "16 KB"] and labels[-1] == "2,048 KB"
+    assert sizes[-1] == 2 * 1024 * 1024 and all(label.endswith(" KB") for label in labels[1:])
+    ratios = [b / a for a, b in zip(sizes[1:], sizes[2:], strict=False)]
+    assert all(1.35 < ratio < 1.5 for ratio in ratios)  # every step the same ratio, about √2
+    slider.label = "64 KB"
+    assert slider.value == 64 * 1024
+    # a policy's own cap, off the scale, is kept as an extra stop
+    odd = replay_controls(scenario=SCENARIO, policy=DEFAULT_POLICY.replace(payload_cap=100_000))[
+        "payload_cap"
+    ]
+    assert odd.value == 100_000 and odd.label == "100,000 B"
