@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["PAYLOAD_KINDS", "RECOVERABLE_FAILURE_NOTICE", "RECOVERABLE_KINDS", "Failure", "FailureKind"]
+__all__ = [
+    "EXPERIMENT_KINDS",
+    "PAYLOAD_KINDS",
+    "RECOVERABLE_FAILURE_NOTICE",
+    "RECOVERABLE_KINDS",
+    "Failure",
+    "FailureKind",
+]
 
 #: SPEC §2.5: the retry notice of a failure compaction recovers.
 RECOVERABLE_FAILURE_NOTICE = "⚠ Recoverable failure (%s) — compacting and retrying"
@@ -44,6 +51,8 @@ RECOVERABLE_KINDS: frozenset[FailureKind] = frozenset(
         FailureKind.MALFORMED_HISTORY,
     }
 )
+#: Kinds no single answer shows: the turn's experiments decide them (SPEC §12), never classify alone.
+EXPERIMENT_KINDS: frozenset[FailureKind] = frozenset({FailureKind.POLICY_BLOCK})
 PAYLOAD_KINDS: frozenset[FailureKind] = frozenset(
     {
         FailureKind.PAYLOAD_TOO_LARGE,

@@ -34,6 +34,7 @@ __all__ = [
     "CHAT_POLICY",
     "DEFAULT_POLICY",
     "ENV_VARIABLES",
+    "ORDERED_FIELDS",
     "SUMMARY_SCOPES",
     "ConfigWarning",
     "Policy",

@@ -18,6 +18,7 @@ LIBRARY_WINGS = (
     "session",
     "summarize",
     "transport",
+    "turn",
     "wire",
 )
 SIMULATOR_WINGS = ("cli", "providers", "proxy", "research", "transcripts")

@@ -61,7 +61,10 @@ __all__ = [
     "BlockSearch",
     "find_and_withhold",
     "new_parts",
+    "blank_refused",
+    "probe_base",
     "probe_route",
+    "raise_floor",
     "size_or_content",
 ]
 
@@ -101,26 +104,41 @@ class BlockSearch:
 # -- the route and the floor -----------------------------------------------------------------------------
 
 
-def probe_route(search: BlockSearch) -> Flow[int | None]:
-    """The gateway's first request was blocked: does it refuse the route (policy), the base (floor),
-    or neither? Returns None when neither; the size of the refused base when a request as large but
-    without it was refused too (a size limit at or under the base: the caller's floor diagnosis)."""
-    conv = search.conv
-    word = Message.user(MINIMAL_PROMPT)
-    if (yield from _test(search, _experiment(conv, (word,), tools=None))):
+def probe_route(search: BlockSearch) -> Flow[None]:
+    """The gateway's first request was blocked: a one-word request carrying no conversation content.
+    Refused too → the route itself is refused (:class:`PolicyBlockedError`)."""
+    if (yield from _test(search, _experiment(search.conv, (Message.user(MINIMAL_PROMPT),), tools=None))):
         _raise_policy(search)
+
+
+def probe_base(search: BlockSearch) -> Flow[int | None]:
+    """The non-compactable base (system prompt, tool definitions) with one word: None when it passes;
+    refused, the size of a request as large without the base that was refused too (a size limit at or
+    under the base, for the caller's floor diagnosis) — else :class:`ContentFloorError`."""
+    conv = search.conv
     system = tuple(conv.history[: leading_system_count(conv.history)])
     if not system and not conv.tools:
         return None
-    base = _experiment(conv, (*system, word), tools=conv.tools)
+    base = _experiment(conv, (*system, Message.user(MINIMAL_PROMPT)), tools=conv.tools)
     if not (yield from _test(search, base)):
         return None
-    base_size = request_bytes(conv, base)
-    blank = _experiment(conv, (word.replace(content=word.content + " " * base_size),), tools=None)
-    if (yield from _test(search, blank)):
-        return base_size  # as large but without the base, refused too: size
-    yield from _raise_floor(search, system)
-    return None
+    size = request_bytes(conv, base)
+    if not (yield from blank_refused(search, size)):
+        yield from raise_floor(search)
+    return size
+
+
+def blank_refused(search: BlockSearch, size: int) -> Flow[bool]:
+    """A request of ``size`` bytes of blanks, without the base and without the conversation: True when
+    it is refused too — a size limit at or under that size, whatever the content."""
+    word = Message.user(MINIMAL_PROMPT)
+    blank = _experiment(search.conv, (word.replace(content=word.content + " " * size),), tools=None)
+    return (yield from _test(search, blank))
+
+
+def raise_floor(search: BlockSearch) -> Flow[None]:
+    """The base's own content is refused: :class:`ContentFloorError` naming the part."""
+    yield from _raise_floor(search, tuple(search.conv.history[: leading_system_count(search.conv.history)]))
 
 
 def _raise_policy(search: BlockSearch) -> None:

@@ -67,7 +67,16 @@ from ctxrecover.recovery.diagnosis import (
 )
 from ctxrecover.transport import ChatRequest
 from ctxrecover.turn.actions import Flow, Sleep
-from ctxrecover.turn.blocks import BlockSearch, find_and_withhold, new_parts, probe_route, size_or_content
+from ctxrecover.turn.blocks import (
+    BlockSearch,
+    blank_refused,
+    find_and_withhold,
+    new_parts,
+    probe_base,
+    probe_route,
+    raise_floor,
+    size_or_content,
+)
 from ctxrecover.turn.conversation import Conversation
 from ctxrecover.turn.request import (
     history_request_bytes,
@@ -281,8 +290,11 @@ def _settle_block(
     conv.stats.content_blocks += 1
     search = BlockSearch.start(conv, failure, size, turn.blocked, judged.signature)
     try:
-        if conv.gateway.accepted_requests == 0 and not _base_over(conv, request, size):
-            floor = yield from probe_route(search)
+        first = conv.gateway.accepted_requests == 0
+        base_over = first and _base_over(conv, request, size)
+        if first and not base_over:
+            yield from probe_route(search)
+            floor = yield from probe_base(search)
             if floor is not None:  # refused with the base, and as large without it: a size limit under it
                 conv.gateway = conv.gateway.size_rejected(judged.signature, floor, policy=conv.policy)
                 conv.gateway = conv.gateway.read_block(judged.signature, "size")
@@ -291,20 +303,29 @@ def _settle_block(
             if conv.gateway.reading(judged.signature) == "size":
                 return None  # this page was a size limit before: the size way, no experiment
             new = new_parts(conv, request)
-            if not new or (yield from size_or_content(search, request, new)):
-                conv.gateway = conv.gateway.read_block(judged.signature, "size")
-                return None
-            return (yield from find_and_withhold(search, request, scope=new))
+            if base_over:
+                if (yield from blank_refused(search, size)):
+                    yield from probe_route(search)  # refused too: the route (policy), else size
+                    conv.gateway = conv.gateway.read_block(judged.signature, "size")
+                    return None  # blanks as large, with nothing of the conversation, refused too: size
+                if not new or (yield from size_or_content(search, request, new)):
+                    yield from raise_floor(search)  # not size, and nothing new to blame: the base itself
+                return (yield from find_and_withhold(search, request, scope=new))
+            if new and not (yield from size_or_content(search, request, new)):
+                return (yield from find_and_withhold(search, request, scope=new))
+            conv.gateway = conv.gateway.read_block(judged.signature, "size")
+            return None
         return (yield from find_and_withhold(search, request))
     finally:
         turn.blocked = search.blocked
 
 
 def _base_over(conv: Conversation, request: ChatRequest, size: int) -> bool:
-    """True when the non-compactable base (system prompt, tool definitions) is as large as the refused
-    request: every reading fails fast, and the size reading's floor diagnosis names it (SPEC §6.2)."""
-    system = conv.history[: leading_system_count(conv.history)]
-    return history_request_bytes(conv, system, request.max_tokens) >= size
+    """True when the least any compaction leaves of the request (the base and the newest message at
+    its floor) is as large as the refused request: a one-word probe with the base could tell nothing
+    a size reading would not; only the content reading is tested, then the floor diagnosis speaks."""
+    least = least_history(conv.history, conv.policy)
+    return history_request_bytes(conv, least, request.max_tokens) >= size
 
 
 def _repair_and_retry(

@@ -29,6 +29,7 @@ SPEC_ENV_VARIABLES = {
     "CHATCLI_CONTEXT_ENGINE",
     "CHATCLI_SKILL_INJECT_BUDGET",
     "CHATCLI_SKILL_AGE_TURNS",
+    "CHATCLI_MAX_BLOCKED_REQUESTS",  # SPEC §12
 }
 INTEGER_VARIABLES = sorted(
     v
@@ -48,6 +49,8 @@ SEED_DEFAULTS = {
     "payload_cap": 0,
     "payload_cap_headroom": 0.7,
     "max_recovery_attempts": 3,
+    "max_blocked_requests": 6,  # SPEC §12
+    "experiment_max_tokens": 16,
     "max_token_escalations": 2,
     "emergency_keep_messages": 10,
     "nuclear_keep_messages": 4,
@@ -125,6 +128,7 @@ GOOD_ENV_VALUES = [
     ),
     ("CHATCLI_SKILL_INJECT_BUDGET", "12000", "skill_inject_budget", 12_000),
     ("CHATCLI_SKILL_AGE_TURNS", "3", "skill_age_turns", 3),
+    ("CHATCLI_MAX_BLOCKED_REQUESTS", "2", "max_blocked_requests", 2),
 ]
 
 

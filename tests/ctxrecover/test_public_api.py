@@ -61,7 +61,8 @@ EXPECTED_PUBLIC_NAMES = {
     "HttpSummarizer",
     "Summarizer",
     "SummaryResult",
-    # events
+    # events and their export
+    "OpenTelemetryHandler",
     "EventBus",
     "Notice",
     "PostCompact",
@@ -100,9 +101,12 @@ EXPECTED_PUBLIC_NAMES = {
     "CompactionCancelled",
     "ConfigError",
     "ContentBlockedError",
+    "ContentFloorError",
+    "ContentRefusedError",
     "CtxRecoverError",
     "HeaderFaultError",
     "PayloadFloorError",
+    "PolicyBlockedError",
     "RecoveryError",
     "RecoveryExhausted",
     "ResponseFormatError",

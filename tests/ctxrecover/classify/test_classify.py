@@ -356,6 +356,8 @@ def test_failure_kind_values_are_the_spec_strings() -> None:
         "malformed_history",
         "output_truncated",
         "output_limit",
+        "policy_block",
+        "content_refused",
         "billing",
         "auth",
         "rate_limit",
@@ -394,13 +396,31 @@ def test_spec_2_6_truncating_stop_reasons(wire: str, path: str, value: str) -> N
         ("stopReason", "end_turn"),
         ("candidates[].finishReason", "STOP"),
         ("done_reason", "stop"),
-        ("incomplete_details.reason", "content_filter"),
     ],
 )
 def test_spec_2_6_normal_stops_are_ok(path: str, value: str) -> None:
     failure = classify(body=json.dumps(_doc_at(path, value)))
     assert failure.kind is K.OK
     assert failure.stop_reason == value
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("choices[].finish_reason", "content_filter"),
+        ("incomplete_details.reason", "content_filter"),
+        ("promptFeedback.blockReason", "OTHER"),
+        ("candidates[].finishReason", "SAFETY"),
+        ("candidates[].finishReason", "PROHIBITED_CONTENT"),
+        ("candidates[].finishReason", "BLOCKLIST"),
+        ("stop_reason", "refusal"),
+        ("stopReason", "guardrail_intervened"),
+    ],
+)
+def test_spec_12_a_providers_own_refusal_at_200_is_content_refused_never_ok(path: str, value: str) -> None:
+    failure = classify(status=200, body=json.dumps(_doc_at(path, value)))
+    assert failure.kind is K.CONTENT_REFUSED and failure.stop_reason == value
+    assert not failure.recoverable and failure.reason is None
 
 
 def test_spec_2_6_responses_api_incomplete() -> None:

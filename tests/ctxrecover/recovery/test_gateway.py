@@ -93,7 +93,7 @@ def test_the_cap_never_falls_below_the_largest_accepted_size() -> None:
     # corporate-128k-waf: 122 239 bytes passed, 131 008 were blocked; ¾ would say 98 256.
     model = GatewayModel().accepted(122_239, policy=DEFAULT_POLICY)
     judged = judge(model, waf(131_008), 131_008)
-    assert judged.verdict is Verdict.SIZE_LIMIT
+    assert judged.verdict is Verdict.BLOCK  # the size reading, once the turn's experiment shows it
     assert judged.model.learned_cap == 122_239
     assert judged.model.largest_accepted <= judged.model.learned_cap < judged.model.smallest_rejected
 
@@ -487,8 +487,8 @@ class GatewayMachine(RuleBasedStateMachine):
         self.model = self.model.accepted(size, policy=self.policy)
         assert self.model.largest_accepted == max(before.largest_accepted, size)
 
-    @rule(size=SIZES, page=st.sampled_from(SIGNATURE_BODIES[:2]))
-    def reject(self, size: int, page: str) -> None:
+    @rule(size=SIZES, page=st.sampled_from(SIGNATURE_BODIES[:2]), size_reading=st.booleans())
+    def reject(self, size: int, page: str, size_reading: bool) -> None:
         if self.model.known_too_large(size):
             return
         status = 403 if "403" in page else 413
@@ -501,8 +501,13 @@ class GatewayMachine(RuleBasedStateMachine):
             assert judged.model.learned_cap == before.learned_cap
             assert judged.model.rejections == before.rejections
         else:
-            assert judged.verdict is Verdict.SIZE_LIMIT
+            # a 413 says size; a WAF page is a block the turn's experiment settles (SPEC §12): the model
+            # it returns is the size reading's, adopted only when the experiment confirms it
+            assert judged.verdict is (Verdict.SIZE_LIMIT if status == 413 else Verdict.BLOCK)
             assert judged.model.smallest_rejected is not None and judged.model.smallest_rejected <= size
+            if judged.verdict is Verdict.BLOCK and not size_reading:
+                assert judged.model.learned_cap is not None  # what the size reading would teach
+                return  # content: the turn keeps the model it had
         self.model = judged.model
 
     @rule(size=SIZES, envoy=st.booleans())

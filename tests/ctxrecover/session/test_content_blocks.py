@@ -403,6 +403,22 @@ def test_a_policy_block_costs_two_requests_compacts_nothing_and_the_next_turn_wo
     assert session.complete().content == "ok"
 
 
+def test_a_policy_block_on_a_request_no_compaction_could_shrink_is_told_from_size_by_one_word() -> None:
+    # The least compaction could leave is the request itself (a verbatim task), so blanks as large are
+    # tried first; they are refused too, and so is one word alone: the route, not a size limit.
+    gateway = Gateway(lambda body: True)
+    session, events = session_for(gateway)
+    session.extend([Message.system("You are helpful."), Message.user("T" * 3 * KB, preserve_verbatim=True)])
+
+    with pytest.raises(PolicyBlockedError) as info:
+        session.complete()
+
+    sizes = [size for size, _ in gateway.in_turn(0)]
+    assert len(sizes) == 3 and sizes[1] >= sizes[0] > 3 * KB > 100 > sizes[2]
+    assert str(info.value) == POLICY % ("403", format_payload_size(sizes[0]))
+    assert session.learned_cap is None and session.gateway.rejections == ()
+
+
 @pytest.mark.parametrize("part", ["system prompt", "tool definitions"])
 def test_content_no_compaction_may_touch_fails_fast_naming_the_part(part: str) -> None:
     trigger = "../../../etc/shadow"

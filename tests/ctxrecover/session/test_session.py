@@ -620,6 +620,7 @@ GARBAGE_ENV = {
     "CHATCLI_CONTEXT_ENGINE": "ftp://engine",
     "CHATCLI_SKILL_INJECT_BUDGET": "-1",
     "CHATCLI_SKILL_AGE_TURNS": "never",
+    "CHATCLI_MAX_BLOCKED_REQUESTS": "lots",
 }
 
 

@@ -150,7 +150,11 @@ SCRIPTS: dict[str, Script] = {
         policy=Policy(context_window=6_000),
         summarizer=True,
         set_aside_blocked=True,
-        shows=("✓ Summary applied", "a content/policy block, not a size limit", "answer: ran it"),
+        shows=(
+            "✓ Summary applied",
+            "⚠ The gateway blocked this request for its content (403 at ",
+            "answer: ran it",
+        ),
     ),
 }
 
