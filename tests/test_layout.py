@@ -20,7 +20,7 @@ LIBRARY_WINGS = (
     "transport",
     "wire",
 )
-SIMULATOR_WINGS = ("cli", "providers", "proxy", "research", "transcripts")
+SIMULATOR_WINGS = ("cli", "engines", "providers", "proxy", "research", "transcripts")
 
 
 def _module_name(path: Path) -> str:

@@ -307,7 +307,7 @@ class Dispatcher:
         ex.trace.answer(decision.body)
         ex.response_bytes = len(decision.body)
         self._record(ex, "responded", decision.status, ex.detail)
-        await conn.fault_reply(reply)
+        await conn.fault_reply(reply, linger=decision.lingers)
         return False
 
     async def _drop(self, conn: HttpConnection, fault: ConnectionFault, ex: PendingExchange) -> bool:

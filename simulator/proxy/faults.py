@@ -88,11 +88,11 @@ def render_page(page: PageVariant, ids: Mapping[str, str]) -> Respond:
     """``page`` as a middlebox answers it, its ``$name`` placeholders filled from ``ids``."""
     body = Template(page_text(page.file)).safe_substitute(ids).encode()
     headers = (
-        ("content-type", page.content_type),
+        *((("content-type", page.content_type),) if page.content_type else ()),
         *((name, Template(value).safe_substitute(ids)) for name, value in page.headers),
         ("connection", "close"),
     )
-    return Respond(page.status, headers, body)
+    return Respond(page.status, headers, body, lingers=page.lingers)
 
 
 @dataclass(frozen=True, slots=True)
