@@ -388,11 +388,13 @@ def test_decide_only_middlebox_refuses_to_forward_in_process() -> None:
         (lambda: BodyCap(0), "limit must be > 0, got 0"),
         (
             lambda: BodyCap(10, response="iis"),
-            "response must be one of apache, aws-alb, caddy, cloudflare, envoy, haproxy, json-error, json-message, nginx, squid, got 'iis'",
+            "response must be one of apache, aws-alb, caddy, cloudflare, envoy, haproxy, json-error, "
+            "json-message, nginx, squid, got 'iis'",
         ),
         (
             lambda: WafBlock(page="imperva"),
-            "page must be one of akamai, apache, aws-waf, cloudflare, f5, haproxy, modsecurity, nginx, nginx-modsecurity, squid, got 'imperva'",
+            "page must be one of akamai, apache, aws-waf, cloudflare, f5, haproxy, modsecurity, nginx, "
+            "nginx-modsecurity, squid, got 'imperva'",
         ),
         (lambda: WafBlock(-1), "min_bytes must be >= 0, got -1"),
         (lambda: HeaderCap(8 * KB, from_turn=0), "from_turn must be >= 1 (turns count from 1), got 0"),

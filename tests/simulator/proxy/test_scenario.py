@@ -324,7 +324,8 @@ ERRORS: list[tuple[str, str, str]] = [
     (
         "bad-page",
         VALID.replace('"akamai"', '"imperva"'),
-        "{file}: fault #1 (waf-403-html): page must be one of akamai, apache, aws-waf, cloudflare, f5, haproxy, modsecurity, nginx, nginx-modsecurity, squid, "
+        "{file}: fault #1 (waf-403-html): page must be one of akamai, apache, aws-waf, cloudflare, f5, "
+        "haproxy, modsecurity, nginx, nginx-modsecurity, squid, "
         "got 'imperva'",
     ),
     (
@@ -507,8 +508,8 @@ SPEC_ERRORS = [
     ),
     (
         "body-cap:1MB:iis",
-        "fault spec 'body-cap:1MB:iis' (body-cap): response must be one of apache, aws-alb, caddy, cloudflare, envoy, haproxy"
-        ", json-error, json-message, nginx, squid, got 'iis'",
+        "fault spec 'body-cap:1MB:iis' (body-cap): response must be one of apache, aws-alb, caddy, "
+        "cloudflare, envoy, haproxy, json-error, json-message, nginx, squid, got 'iis'",
     ),
     (
         "header-cap:8KB:16KB",
