@@ -46,12 +46,13 @@ class Observation:
     closed: bool
     reset: bool
 
-    def differences(self, other: Observation) -> list[str]:
-        """``field: mine != theirs`` for each field that differs (the body size excepted: ports vary)."""
+    def differences(self, other: Observation, *, ignore: tuple[str, ...] = ()) -> list[str]:
+        """``field: mine != theirs`` for each field that differs, but those in ``ignore`` and the body
+        size (a page naming a port varies with it)."""
         return [
             f"{f.name}: {getattr(self, f.name)!r} != {getattr(other, f.name)!r}"
             for f in fields(self)
-            if f.name != "body_bytes" and getattr(self, f.name) != getattr(other, f.name)
+            if f.name not in ("body_bytes", *ignore) and getattr(self, f.name) != getattr(other, f.name)
         ]
 
 

@@ -307,6 +307,9 @@ class Dispatcher:
         ex.trace.answer(decision.body)
         ex.response_bytes = len(decision.body)
         self._record(ex, "responded", decision.status, ex.detail)
+        keeps = (b"connection", b"close") not in [(k.lower(), v.lower()) for k, v in reply.headers]
+        if keeps and conn.h11.their_state is h11.DONE:  # a page after the whole body: keep-alive, as nginx
+            return await conn.send(reply, close=False) and conn.reusable
         await conn.fault_reply(reply, linger=decision.lingers)
         return False
 

@@ -90,7 +90,7 @@ def render_page(page: PageVariant, ids: Mapping[str, str]) -> Respond:
     headers = (
         *((("content-type", page.content_type),) if page.content_type else ()),
         *((name, Template(value).safe_substitute(ids)) for name, value in page.headers),
-        ("connection", "close"),
+        *((("connection", "close"),) if page.closes else ()),
     )
     return Respond(page.status, headers, body, lingers=page.lingers)
 

@@ -40,7 +40,9 @@ class PageVariant:
     ``support_id``, ``cf_id``, ``transaction_id``). ``lingers`` says what the gateway does with a
     body it has not read after answering: drain it before closing (nginx's and Apache's lingering
     close: the client finishes sending, then reads the page), or close at once (HAProxy, Squid,
-    Caddy: a client still sending meets a reset, the page already in its socket).
+    Caddy: a client still sending meets a reset, the page already in its socket). ``closes``: the
+    page says ``Connection: close``; the real engines keep the connection after a policy or rule 403
+    (the body is read by then), so their 403s do not.
     """
 
     file: str
@@ -48,6 +50,7 @@ class PageVariant:
     content_type: str
     headers: tuple[tuple[str, str], ...] = ()
     lingers: bool = True
+    closes: bool = True
 
 
 BODY_CAP_PAGES: Mapping[str, PageVariant] = MappingProxyType(
@@ -101,10 +104,17 @@ WAF_PAGES: Mapping[str, PageVariant] = MappingProxyType(
         ),
         # The real engines' own 403s: what a rule match and a policy denial (nginx `deny all`, Apache
         # `Require all denied`, HAProxy `http-request deny`, Squid `http_access deny`) both answer.
-        "apache": PageVariant("403-apache.html", 403, "text/html; charset=iso-8859-1", APACHE_SERVER),
-        "nginx": PageVariant("403-nginx.html", 403, "text/html", (("server", "nginx"),)),
+        "apache": PageVariant(
+            "403-apache.html", 403, "text/html; charset=iso-8859-1", APACHE_SERVER, closes=False
+        ),
+        "nginx": PageVariant("403-nginx.html", 403, "text/html", (("server", "nginx"),), closes=False),
         "haproxy": PageVariant(
-            "403-haproxy.html", 403, "text/html", (("cache-control", "no-cache"),), lingers=False
+            "403-haproxy.html",
+            403,
+            "text/html",
+            (("cache-control", "no-cache"),),
+            lingers=False,
+            closes=False,
         ),
         "squid": PageVariant(
             "403-squid.html",
@@ -112,6 +122,7 @@ WAF_PAGES: Mapping[str, PageVariant] = MappingProxyType(
             "text/html;charset=utf-8",
             (*SQUID_HEADERS, ("x-squid-error", "ERR_ACCESS_DENIED 0")),
             lingers=False,
+            closes=False,
         ),
         # nginx + libmodsecurity3: a JSON body over SecRequestBodyNoFilesLimit fails to parse (rule
         # 200002, after the whole body is read), answered with nginx's 400 page.

@@ -26,6 +26,12 @@ def skip_unless_installed(name: str) -> None:
 
 
 @pytest.fixture(scope="session")
+def require_engine() -> Callable[[str], None]:
+    """``require_engine(name)`` skips the test unless that engine is installed."""
+    return skip_unless_installed
+
+
+@pytest.fixture(scope="session")
 def mock_upstream() -> Iterator[str]:
     """A mock OpenAI provider on loopback (bodies up to 64 MB), for the whole session."""
     service = MockService.for_host("openai", context_window=128_000, seed=0)
