@@ -418,6 +418,8 @@ class Dispatcher:
         except UpstreamFailure as failure:
             return await self._upstream_failed(conn, failure, ex)
         ex.upstream_ms = (time.monotonic() - started) * 1000
+        if conn.upstream.answered_early:
+            ex.detail = "the upstream answered before the whole body was sent"
         return await relay(
             conn,
             response.status,
@@ -448,7 +450,7 @@ class Dispatcher:
 
     def _recorder(self, ex: PendingExchange) -> Callable[[str, int | None, str], None]:
         def record(outcome: str, status: int | None, detail: str = "") -> None:
-            self._record(ex, outcome, status, detail)
+            self._record(ex, outcome, status, detail or ex.detail)
 
         return record
 
