@@ -5,6 +5,7 @@
               directory (``attempts.csv``, ``manifest.json``; PNG figures with ``--figures``)
 ``replay``    one replay with its turn log (every event and notice, per turn/attempt)
 ``proxy``     a real loopback HTTP middlebox in front of a mock provider or a real URL
+``gateway``   a real gateway (nginx, HAProxy, Apache/nginx + ModSecurity + CRS, Squid, Caddy) on loopback
 ``fault``     list, add or remove faults on a running ``proxy --admin`` (toxiproxy-style)
 ``infer``     a scenario (TOML) that reproduces a gateway recorded by ``proxy --record``
 ``probe``     estimate a gateway's body cap by bisection with synthetic requests
@@ -29,7 +30,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ctxrecover.errors import ConfigError
-from simulator.cli import classify, fault, generate, infer, probe, proxy, replay, report, run, sweep
+from simulator.cli import classify, fault, gateway, generate, infer, probe, proxy, replay, report, run, sweep
 from simulator.cli.common import EXIT_OK, EXIT_USAGE, PROG, CliError, Parser, missing_extra, package_version
 from simulator.proxy.scenario import ScenarioError
 from simulator.transcripts.loaders import TranscriptError
@@ -37,7 +38,7 @@ from simulator.workloads import ReplayError
 
 __all__ = ["build_parser", "main"]
 
-SUBCOMMANDS = (run, replay, sweep, report, proxy, fault, infer, probe, classify, generate)
+SUBCOMMANDS = (run, replay, sweep, report, proxy, gateway, fault, infer, probe, classify, generate)
 
 # The validation errors that mean "bad input": one line on stderr, exit code 2.
 INPUT_ERRORS: tuple[type[Exception], ...] = (

@@ -34,7 +34,7 @@ from simulator.proxy.loopback import TURN_HEADER, LoopbackServer, ServerStartErr
 from simulator.proxy.redact import redact_url
 from simulator.proxy.scenario import DEFAULT_CONTEXT_WINDOWS
 
-__all__ = ["build_app", "register", "run"]
+__all__ = ["build_app", "register", "run", "serve_until_stopped"]
 
 MOCK_PREFIX = "mock:"
 # mock:NAME → the host MockService.for_host mocks (mock:openai serves Chat Completions and Responses).
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"cannot listen: {exc}") from None
     try:
         _announce(server, box, target, fmt, upstream_url, args)
-        reason = _serve(args.max_seconds)
+        reason = serve_until_stopped(args.max_seconds)
         if reason:
             print(f"stopping ({reason})", file=sys.stderr)
     finally:
@@ -296,7 +296,7 @@ def _on_sigterm(handler: Callable[[int, FrameType | None], None]) -> Iterator[No
         signal.signal(signal.SIGTERM, previous)
 
 
-def _serve(max_seconds: float | None) -> str:
+def serve_until_stopped(max_seconds: float | None) -> str:
     """Wait until Ctrl-C, SIGTERM or ``max_seconds``; the reason to stop ("" when the time ran out)."""
     stop = threading.Event()
     reasons: list[str] = []

@@ -24,6 +24,7 @@ from typing import ClassVar, Self
 
 import httpx
 
+from ctxrecover.sizes import parse_payload_size
 from simulator.engines.process import (
     EngineError,
     EngineMissing,
@@ -149,6 +150,15 @@ class Engine(ABC):
     def version(cls) -> str:
         """The installed engine's version ("" when it cannot tell)."""
         return ""
+
+    @classmethod
+    def read_size(cls, name: str, text: str) -> int:
+        """A size as this engine reads one in its configuration: ``128KB`` is 131,072 B for most (Caddy
+        reads it as 128,000 B); EngineConfigError naming ``name`` when it is not a size."""
+        size = parse_payload_size(text)
+        if size <= 0:
+            raise EngineConfigError(f"{name} {text!r}: expected a size such as 128KB or 1MB")
+        return size
 
     # -- running ----------------------------------------------------------------------------
 

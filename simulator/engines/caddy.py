@@ -13,12 +13,30 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.engines.base import Engine, lines, seconds
+from simulator.engines.base import Engine, EngineConfigError, lines, seconds
 from simulator.engines.process import Launch, program_version
 from simulator.proxy.fault_base import Fault
 from simulator.proxy.faults import BodyCap, StatusPage
 
-__all__ = ["Caddy"]
+__all__ = ["CADDY_UNITS", "Caddy"]
+
+SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMG]i?B?|B)?", re.IGNORECASE)
+# go-humanize's units, as Caddy's request_body max_size reads them: decimal unless "i".
+CADDY_UNITS = {
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "ki": 1024,
+    "kib": 1024,
+    "mi": 1024**2,
+    "mib": 1024**2,
+    "gi": 1024**3,
+    "gib": 1024**3,
+}
 
 
 def _version(text: str) -> str:
@@ -37,6 +55,17 @@ class Caddy(Engine):
     @classmethod
     def version(cls) -> str:
         return program_version(["caddy", "version"], _version)
+
+    @classmethod
+    def read_size(cls, name: str, text: str) -> int:
+        """As Caddy (go-humanize) reads a size: ``128KB`` is 128,000 B, ``128KiB`` is 131,072 B."""
+        match = SIZE_RE.fullmatch(text.strip())
+        if match is None or float(match.group(1)) <= 0:
+            raise EngineConfigError(
+                f"{name} {text!r}: expected a size such as 128KB (Caddy: 128,000 B) or 128KiB"
+            )
+        unit = (match.group(2) or "B").lower()
+        return int(float(match.group(1)) * CADDY_UNITS[unit])
 
     def prepare(self, workspace: Path, port: int) -> Launch:
         matchers = " ".join(f"{prefix.rstrip('/')}*" if prefix != "/" else "*" for prefix in self.deny)
