@@ -335,9 +335,8 @@ class StatusPage(Fault):
             raise ValueError(f"status must be an HTTP status within 100..599, got {self.status}")
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return Respond(
-            self.status, (("content-type", self.content_type), ("connection", "close")), self.body.encode()
-        )
+        kind = (("content-type", self.content_type),) if self.content_type else ()  # "": none, as recorded
+        return Respond(self.status, (*kind, ("connection", "close")), self.body.encode())
 
 
 @dataclass(frozen=True, slots=True)

@@ -243,7 +243,8 @@ def record_entry(record: ExchangeRecord, trace: ExchangeTrace) -> dict[str, Any]
     }
     if trace.keep_bodies:
         request["body"] = _body(trace.request_body)
-        response["body"] = _body(trace.response_body)
+        # an empty page is a fact to record, not a body left out
+        response["body"] = _body(trace.response_body if trace.response_body is not None else b"")
     return {
         "time": _iso(record.started_at),
         "turn": record.turn,
