@@ -156,4 +156,6 @@ class ApacheModSecurity(ModSecurityKnobs, Apache):
             # only one over SecRequestBodyLimit
             limit = min(self.no_files_limit() - 1, self.request_body_limit)
             faults.append(BodyCap(limit=limit, response="apache"))
+        if self.modsecurity:
+            faults.append(self.anomaly_fault(page="apache"))
         return tuple(faults)

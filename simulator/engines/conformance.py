@@ -14,6 +14,7 @@ front of the same upstream, so one request can be observed through both (:func:`
 
 from __future__ import annotations
 
+import json
 import select
 import socket
 from collections.abc import Iterator
@@ -25,13 +26,24 @@ import h11
 from simulator.engines.base import Engine
 from simulator.engines.capture import CHAT_PATH, chat_body
 from simulator.proxy.journal import page_fingerprint
+from simulator.resources import data_dir
 
-__all__ = ["Observation", "compare", "imitation_server", "observe"]
+__all__ = [
+    "CONFORMANCE_HEADERS",
+    "Observation",
+    "agent_content_bodies",
+    "compare",
+    "imitation_server",
+    "observe",
+    "observe_body",
+]
 
 EARLY_WAIT_S = 1.5  # how long the client holds the rest of the body back, waiting for an early answer
 READ_TIMEOUT_S = 20.0
 CLOSE_WAIT_S = 1.0  # after a complete answer: does the gateway close the connection?
 SEND_CHUNK = 64 * 1024
+# The headers every observed request carries besides Host and Content-Length (what the rules see too).
+CONFORMANCE_HEADERS = {"content-type": "application/json", "user-agent": "ctxsim-conformance"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +79,45 @@ def observe(url: str, size: int, *, early_after: int | None = None, path: str = 
     With ``early_after`` below ``size``, the client sends that many body bytes, then waits up to
     1.5 s for an answer before sending the rest: ``early`` says one came.
     """
+    return observe_body(url, chat_body(size), early_after=early_after, path=path)
+
+
+def agent_content_bodies() -> list[tuple[str, bytes]]:
+    """The agent-content workload (``fixtures/waf/agent-content.json``: code, shell, SQL, paths, HTML,
+    logs, configuration, tool calls) as chat request bodies: each sample is a tool result, or a tool
+    call's arguments for a ``tool`` sample."""
+    samples = json.loads((data_dir("waf") / "agent-content.json").read_text(encoding="utf-8"))
+    bodies = []
+    for sample in samples:
+        messages: list[dict[str, object]] = [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "Fix the bug."},
+        ]
+        call = {"id": "call_1", "type": "function", "function": {"name": "run", "arguments": "{}"}}
+        if sample["kind"] == "tool":
+            call["function"] = {"name": "run", "arguments": sample["text"]}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "content": "ok" if sample["kind"] == "tool" else sample["text"],
+            }
+        )
+        bodies.append((sample["id"], json.dumps({"model": "gpt-4o", "messages": messages}).encode()))
+    return bodies
+
+
+def observe_body(
+    url: str, body: bytes, *, early_after: int | None = None, path: str = CHAT_PATH, check_close: bool = True
+) -> Observation:
+    """:func:`observe` with a body of the caller's; without ``check_close``, ``closed`` is only what the
+    answer's ``Connection`` header says (no wait for the gateway to close a kept-alive connection)."""
     host, _, port = url.removeprefix("http://").partition(":")
-    body = chat_body(size)
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nUser-Agent: ctxsim-conformance\r\n\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: {len(body)}\r\n"
+        + "".join(f"{name}: {value}\r\n" for name, value in CONFORMANCE_HEADERS.items())
+        + "\r\n"
     ).encode()
     client = h11.Connection(h11.CLIENT)
     early = reset = False
@@ -103,7 +149,7 @@ def observe(url: str, size: int, *, early_after: int | None = None, path: str = 
                         break
                 if not data:
                     break
-            if done and not closed and _readable(sock, CLOSE_WAIT_S):
+            if check_close and done and not closed and _readable(sock, CLOSE_WAIT_S):
                 closed = sock.recv(1) == b""
         except ConnectionResetError:
             reset = True

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from simulator.engines.base import EngineConfigError
+from simulator.proxy.faults import AnomalyWaf
 
 __all__ = [
     "BODY_LIMIT_ACTIONS",
@@ -83,6 +84,15 @@ class ModSecurityKnobs:
                 f"{engine}: body_limit_action must be one of {', '.join(BODY_LIMIT_ACTIONS)}, "
                 f"got {self.body_limit_action!r}"
             )
+
+    def anomaly_fault(self, *, page: str) -> AnomalyWaf:
+        """The mock of these rules: the CRS scored at this paranoia level against this threshold."""
+        return AnomalyWaf(
+            paranoia=self.crs_paranoia,
+            threshold=self.inbound_threshold,
+            page=page,
+            json_body=self.json_body_processor,
+        )
 
     def modsecurity_knobs(self, no_files_limit: int) -> list[str]:
         """The ModSecurity knobs that differ from the recommended configuration, as phrases."""

@@ -184,4 +184,5 @@ class NginxModSecurity(ModSecurityKnobs, Nginx):
             faults.append(WafBlock(min_bytes=self.request_body_limit + 1, page="nginx"))
         if self.modsecurity:
             faults.append(WafBlock(min_bytes=self.no_files_limit() + 1, page="nginx-modsecurity"))
+            faults.append(self.anomaly_fault(page="nginx"))
         return tuple(faults)

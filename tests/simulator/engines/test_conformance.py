@@ -16,12 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from simulator.engines import Engine
-from simulator.engines.capture import CAPTURES, captured_pages
-from simulator.engines.conformance import imitation_server, observe
+from simulator.engines.capture import CAPTURES, CHAT_PATH, captured_pages
+from simulator.engines.conformance import (
+    CONFORMANCE_HEADERS,
+    agent_content_bodies,
+    imitation_server,
+    observe,
+    observe_body,
+)
+from simulator.engines.modsecurity import fired_rules
+from simulator.proxy.anomaly import AnomalyScorer
 from simulator.proxy.fault_specs import fault_spec
+from simulator.proxy.faults import AnomalyWaf
 from simulator.proxy.journal import page_fingerprint
 from simulator.proxy.pages import PAGES_DIR
 
@@ -176,3 +186,46 @@ def test_the_readme_table_of_engines_is_current() -> None:
     if os.environ.get("UPDATE_README"):
         readme.write_text(text[:begin] + table + text[end:], encoding="utf-8")
     assert text[begin:end] == table, "regenerate with UPDATE_README=1 pytest tests/simulator/engines"
+
+
+CONTENT_CASES = (
+    ("apache-modsecurity", {}),
+    ("apache-modsecurity", {"inbound_threshold": 10}),
+    ("apache-modsecurity", {"crs_paranoia": 2}),
+    ("nginx-modsecurity", {}),
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "knobs"),
+    CONTENT_CASES,
+    ids=[f"{n}-" + "-".join(f"{k}={v}" for k, v in kn.items()) for n, kn in CONTENT_CASES],
+)
+def test_the_anomaly_scored_mock_blocks_what_the_real_crs_blocks(
+    name: str, knobs: dict[str, Any], start_engine: Callable[..., Engine], mock_upstream: str
+) -> None:
+    """Agent content (code, shell, SQL, paths, HTML, tool calls) gets the same decisions from the mock's
+    anomaly scoring as from the real CRS; where they differ, the real engine fired a rule the mock says
+    it cannot run (libinjection's operators), and nothing else."""
+    engine = start_engine(name, **knobs)
+    (anomaly,) = [fault for fault in engine.imitation() if isinstance(fault, AnomalyWaf)]
+    unsupported = set(AnomalyScorer.bundled(paranoia=anomaly.paranoia).unsupported)
+    agreed, unexplained = 0, []
+    with imitation_server(engine, mock_upstream) as mock_url:
+        for sample, body in agent_content_bodies():
+            offset = len(engine.process.read_log("error.log"))
+            real = observe_body(engine.url, body, check_close=False)
+            fired = set(fired_rules(engine.process.read_log("error.log"), since=offset))
+            mock = observe_body(mock_url, body, check_close=False)
+            # let through: the provider's own answer (its ids vary), so the status is what to compare
+            passed = real.status == mock.status == 200
+            if passed or not real.differences(mock):
+                agreed += 1
+                continue
+            request = httpx.Request("POST", mock_url + CHAT_PATH, content=body, headers=CONFORMANCE_HEADERS)
+            missed = fired - set(anomaly.verdict(request).rules)
+            if not missed or not missed <= unsupported:
+                unexplained.append(f"{sample}: real {real.status} {sorted(fired)}, mock {mock.status}")
+    assert unexplained == []
+    assert agreed >= len(agent_content_bodies()) - 3  # measured: only libinjection-only blocks differ

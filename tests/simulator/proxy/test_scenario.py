@@ -287,14 +287,16 @@ ERRORS: list[tuple[str, str, str]] = [
     (
         "unknown-kind",
         VALID.replace('kind = "waf-403-html"', 'kind = "waf"'),
-        "{file}: fault #1: unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+        "{file}: fault #1: unknown fault kind 'waf'; valid kinds: anomaly-waf, bandwidth, "
+        "bedrock-html-403, body-cap, "
         "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
         "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html",
     ),
     (
         "missing-kind",
         VALID.replace('kind = "waf-403-html"\n', ""),
-        "{file}: fault #1: kind is missing; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+        "{file}: fault #1: kind is missing; valid kinds: anomaly-waf, bandwidth, "
+        "bedrock-html-403, body-cap, "
         "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
         "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html",
     ),
@@ -485,7 +487,8 @@ def test_parse_fault_spec(spec: str, fault: Fault) -> None:
 SPEC_ERRORS = [
     (
         "waf",
-        "fault spec 'waf': unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+        "fault spec 'waf': unknown fault kind 'waf'; valid kinds: anomaly-waf, bandwidth, "
+        "bedrock-html-403, body-cap, "
         "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
         "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html (form "
         "KIND[:VALUE...][:key=value...], e.g. "
