@@ -40,7 +40,7 @@ __all__ = [
 
 EARLY_WAIT_S = 1.5  # how long the client holds the rest of the body back, waiting for an early answer
 READ_TIMEOUT_S = 20.0
-CLOSE_WAIT_S = 1.0  # after a complete answer: does the gateway close the connection?
+CLOSE_WAIT_S = 0.3  # after a complete answer: does the gateway close the connection? (it does so at once)
 SEND_CHUNK = 64 * 1024
 # The headers every observed request carries besides Host and Content-Length (what the rules see too).
 CONFORMANCE_HEADERS = {"content-type": "application/json", "user-agent": "ctxsim-conformance"}
