@@ -13,7 +13,7 @@ import sys
 from contextlib import ExitStack
 
 from simulator.cli.common import EXIT_OK, PROG, CliError, positive_int_arg, seconds_arg, seed_arg
-from simulator.cli.proxy import MOCK_HOSTS, MOCK_PREFIX, SDK_HINTS, serve_until_stopped
+from simulator.cli.proxy import MOCK_HOSTS, MOCK_PREFIX, SDK_HINTS, mock_host, serve_until_stopped
 from simulator.engines import ENGINES, MODSECURITY_ENGINES, Engine, EngineError, engine_class
 from simulator.proxy.fault_specs import fault_spec
 from simulator.proxy.scenario import DEFAULT_CONTEXT_WINDOWS
@@ -53,12 +53,7 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         fmt: str | None = None
         if upstream.startswith(MOCK_PREFIX):
-            host = MOCK_HOSTS.get(upstream.removeprefix(MOCK_PREFIX))
-            if host is None:
-                raise CliError(
-                    f"--upstream {upstream!r}: unknown mock; use one of "
-                    + ", ".join(MOCK_PREFIX + name for name in MOCK_HOSTS)
-                )
+            host = mock_host(upstream)
             fmt = HOSTS[host][0][0]
             window = args.context_window or DEFAULT_CONTEXT_WINDOWS[fmt]
             service = MockService.for_host(host, context_window=window, seed=args.seed)

@@ -34,7 +34,7 @@ from simulator.proxy.loopback import TURN_HEADER, LoopbackServer, ServerStartErr
 from simulator.proxy.redact import redact_url
 from simulator.proxy.scenario import DEFAULT_CONTEXT_WINDOWS
 
-__all__ = ["build_app", "register", "run", "serve_until_stopped"]
+__all__ = ["build_app", "mock_host", "register", "run", "serve_until_stopped"]
 
 MOCK_PREFIX = "mock:"
 # mock:NAME → the host MockService.for_host mocks (mock:openai serves Chat Completions and Responses).
@@ -95,6 +95,17 @@ def size_arg(text: str) -> int:
     return size
 
 
+def mock_host(upstream: str) -> str:
+    """The mock host of a ``mock:NAME`` upstream (CliError listing the mocks otherwise)."""
+    host = MOCK_HOSTS.get(upstream.removeprefix(MOCK_PREFIX))
+    if host is None:
+        raise CliError(
+            f"--upstream {upstream!r}: unknown mock; use one of "
+            + ", ".join(MOCK_PREFIX + name for name in MOCK_HOSTS)
+        )
+    return host
+
+
 def build_app(args: argparse.Namespace) -> tuple[Any, str | None, str, str | None]:
     """The middlebox (with its mock, if any), the upstream URL, what it fronts, and the wire format."""
     from simulator.providers.service import HOSTS, MockService
@@ -107,12 +118,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, str | None, str, str | Non
     faults = [*(scenario.faults if scenario else ()), *(parse_fault_spec(spec) for spec in args.fault)]
     upstream = args.upstream or MOCK_PREFIX + (scenario.provider.format if scenario else "openai")
     if upstream.startswith(MOCK_PREFIX):
-        host = MOCK_HOSTS.get(upstream.removeprefix(MOCK_PREFIX))
-        if host is None:
-            raise CliError(
-                f"--upstream {upstream!r}: unknown mock; use one of "
-                + ", ".join(MOCK_PREFIX + name for name in MOCK_HOSTS)
-            )
+        host = mock_host(upstream)
         fmt = HOSTS[host][0][0]
         window = args.context_window or (
             scenario.provider.context_window if scenario else DEFAULT_CONTEXT_WINDOWS[fmt]

@@ -11,14 +11,13 @@ API behind it; with ModSecurity, ``body_cap`` is ``SecRequestBodyNoFilesLimit``,
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from simulator.engines.base import Engine, lines, seconds
 from simulator.engines.modsecurity import CRS_RULES_DIR, ModSecurityKnobs, crs_include, modsecurity_config
-from simulator.engines.process import Launch, program_version
+from simulator.engines.process import Launch
 from simulator.proxy.fault_base import Fault
 from simulator.proxy.faults import BodyCap, WafBlock
 
@@ -36,11 +35,6 @@ RECOMMENDED = "/etc/modsecurity/modsecurity.conf-recommended"
 UNICODE_MAP = "/etc/modsecurity/unicode.mapping"
 
 
-def _version(text: str) -> str:
-    match = re.search(r"Apache/(\S+)", text)
-    return match.group(1) if match else ""
-
-
 @dataclass(kw_only=True, eq=False)
 class Apache(Engine):
     """Apache httpd in front of ``upstream`` (``ProxyPass``), with Debian's page defaults."""
@@ -52,9 +46,8 @@ class Apache(Engine):
     run_as = "www-data"
     log_files = ("error.log",)
 
-    @classmethod
-    def version(cls) -> str:
-        return program_version(["apache2", "-v"], _version)
+    version_command = ("apache2", "-v")
+    version_pattern = r"Apache/(\S+)"
 
     def _modules(self) -> tuple[tuple[str, str], ...]:
         return BASE_MODULES
@@ -119,13 +112,6 @@ class ApacheModSecurity(ModSecurityKnobs, Apache):
         (RECOMMENDED, "ModSecurity's recommended configuration"),
         (CRS_RULES_DIR, "the OWASP CRS rules"),
     )
-
-    def _check(self) -> None:
-        self.check_modsecurity(self.name)
-
-    def no_files_limit(self) -> int:
-        """ModSecurity's limit for a body without files (``SecRequestBodyNoFilesLimit``)."""
-        return 131_072 if self.body_cap is None else self.body_cap
 
     def _modules(self) -> tuple[tuple[str, str], ...]:
         return BASE_MODULES + MODSECURITY_MODULES

@@ -15,6 +15,7 @@ faults that claim to behave the same (the conformance tests hold the two side by
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ from simulator.engines.process import (
     EngineStartError,
     Launch,
     free_port,
+    program_version,
 )
 from simulator.proxy.fault_base import Fault
 
@@ -146,10 +148,22 @@ class Engine(ABC):
         if problem is not None:
             raise EngineMissing(cls.name, problem, cls.packages)
 
+    # The command that prints the engine's version, and the expression that picks it out.
+    version_command: ClassVar[tuple[str, ...]] = ()
+    version_pattern: ClassVar[str] = r"(\d+\.\d+\S*)"
+
     @classmethod
     def version(cls) -> str:
         """The installed engine's version ("" when it cannot tell)."""
-        return ""
+        if not cls.version_command:
+            return ""
+        pattern = re.compile(cls.version_pattern)
+
+        def pick(text: str) -> str:
+            match = pattern.search(text)
+            return match.group(1) if match else ""
+
+        return program_version(list(cls.version_command), pick)
 
     @classmethod
     def read_size(cls, name: str, text: str) -> int:

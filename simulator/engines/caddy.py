@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.engines.base import Engine, EngineConfigError, lines, seconds
-from simulator.engines.process import Launch, program_version
+from simulator.engines.process import Launch
 from simulator.proxy.fault_base import Fault
 from simulator.proxy.faults import BodyCap, StatusPage
 
@@ -39,11 +39,6 @@ CADDY_UNITS = {
 }
 
 
-def _version(text: str) -> str:
-    match = re.search(r"v?(\d+\.\d+\.\d+)", text)
-    return match.group(1) if match else ""
-
-
 @dataclass(kw_only=True, eq=False)
 class Caddy(Engine):
     """Caddy in front of ``upstream``."""
@@ -52,9 +47,8 @@ class Caddy(Engine):
     program = "caddy"
     packages = ("caddy",)
 
-    @classmethod
-    def version(cls) -> str:
-        return program_version(["caddy", "version"], _version)
+    version_command = ("caddy", "version")
+    version_pattern = r"v?(\d+\.\d+\.\d+)"
 
     @classmethod
     def read_size(cls, name: str, text: str) -> int:

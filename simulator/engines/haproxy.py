@@ -11,23 +11,17 @@ does not fit gets its 400 page. ``deny`` is ``http-request deny`` by path prefix
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.engines.base import Engine, lines, seconds
-from simulator.engines.process import Launch, program_version
+from simulator.engines.process import Launch
 from simulator.proxy.fault_base import Fault
 from simulator.proxy.faults import BodyCap, WafBlock
 
 __all__ = ["HAProxy"]
 
 MAXREWRITE = 1024  # tune.maxrewrite: the part of the buffer kept free for header rewrites
-
-
-def _version(text: str) -> str:
-    match = re.search(r"HAProxy version (\S+)", text)
-    return match.group(1) if match else ""
 
 
 @dataclass(kw_only=True, eq=False)
@@ -38,9 +32,8 @@ class HAProxy(Engine):
     program = "haproxy"
     packages = ("haproxy",)
 
-    @classmethod
-    def version(cls) -> str:
-        return program_version(["haproxy", "-v"], _version)
+    version_command = ("haproxy", "-v")
+    version_pattern = r"HAProxy version (\S+)"
 
     def prepare(self, workspace: Path, port: int) -> Launch:
         over_cap = f"{{ req.hdr_val(content-length) gt {self.body_cap} }}"

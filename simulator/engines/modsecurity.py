@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar
 
 from simulator.engines.base import EngineConfigError
 from simulator.proxy.faults import AnomalyWaf
@@ -37,6 +38,7 @@ CRS_EXCLUSIONS = (
     "/etc/modsecurity/crs/RESPONSE-999-EXCLUSION-RULES-AFTER-CRS.conf",
 )
 BODY_LIMIT_ACTIONS = ("Reject", "ProcessPartial")
+RECOMMENDED_NO_FILES_LIMIT = 131_072
 JSON_RULE_ID = "200001"  # the recommended configuration's rule that turns on the JSON body processor
 RULE_ID_RE = re.compile(r"""\bid:\s*'?(\d+)""")
 FIRED_RE = re.compile(r"""\[id "(\d+)"\]""")
@@ -58,12 +60,24 @@ class ModSecurityKnobs:
     (default 131,072 B, as recommended).
     """
 
+    if TYPE_CHECKING:  # the engine's, which this mixes into
+        name: ClassVar[str]
+        body_cap: int | None
+
     modsecurity: bool = True
     crs_paranoia: int = 1
     inbound_threshold: int = 5
     request_body_limit: int = 13_107_200
     body_limit_action: str = "Reject"
     json_body_processor: bool = True
+
+    def _check(self) -> None:
+        self.check_modsecurity(self.name)
+
+    def no_files_limit(self) -> int:
+        """ModSecurity's limit for a body without files (``SecRequestBodyNoFilesLimit``; the engine's
+        ``body_cap``, else the recommended 131,072 B)."""
+        return RECOMMENDED_NO_FILES_LIMIT if self.body_cap is None else self.body_cap
 
     def check_modsecurity(self, engine: str) -> None:
         """EngineConfigError naming the first knob out of range."""

@@ -9,14 +9,13 @@ and a ModSecurity block with the same bare 403 page.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from simulator.engines.base import Engine, lines, seconds
 from simulator.engines.modsecurity import CRS_RULES_DIR, ModSecurityKnobs, crs_include, modsecurity_config
-from simulator.engines.process import Launch, program_version
+from simulator.engines.process import Launch
 from simulator.proxy.fault_base import Fault
 from simulator.proxy.faults import BodyCap, WafBlock
 
@@ -30,11 +29,6 @@ UNICODE_MAP = "/etc/nginx/unicode.mapping"
 TEMP_PATHS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
 
 
-def _version(text: str) -> str:
-    match = re.search(r"nginx/(\S+)", text)
-    return match.group(1) if match else ""
-
-
 @dataclass(kw_only=True, eq=False)
 class Nginx(Engine):
     """nginx in front of ``upstream`` (``proxy_pass``), with its own pages and defaults."""
@@ -45,9 +39,8 @@ class Nginx(Engine):
     run_as = "nobody"
     log_files = ("error.log",)
 
-    @classmethod
-    def version(cls) -> str:
-        return program_version(["nginx", "-v"], _version)
+    version_command = ("nginx", "-v")
+    version_pattern = r"nginx/(\S+)"
 
     def effective_body_cap(self) -> int | None:
         """The body cap nginx enforces (its 1 MiB default when none is set; None: unlimited)."""
@@ -145,13 +138,6 @@ class NginxModSecurity(ModSecurityKnobs, Nginx):
         (CRS_RULES_DIR, "the OWASP CRS rules"),
     )
     log_files = ("error.log",)
-
-    def _check(self) -> None:
-        self.check_modsecurity(self.name)
-
-    def no_files_limit(self) -> int:
-        """ModSecurity's limit for a body without files (``SecRequestBodyNoFilesLimit``)."""
-        return 131_072 if self.body_cap is None else self.body_cap
 
     def effective_body_cap(self) -> int | None:
         return None  # nginx's own cap is off: ModSecurity's limit is the cap

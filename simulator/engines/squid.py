@@ -13,16 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.engines.base import Engine, lines, seconds
-from simulator.engines.process import Launch, program_version
+from simulator.engines.process import Launch
 from simulator.proxy.fault_base import Fault
 from simulator.proxy.faults import BodyCap, WafBlock
 
 __all__ = ["Squid"]
-
-
-def _version(text: str) -> str:
-    match = re.search(r"Version (\S+)", text)
-    return match.group(1) if match else ""
 
 
 @dataclass(kw_only=True, eq=False)
@@ -35,9 +30,8 @@ class Squid(Engine):
     run_as = "proxy"
     log_files = ("cache.log",)
 
-    @classmethod
-    def version(cls) -> str:
-        return program_version(["squid", "-v"], _version)
+    version_command = ("squid", "-v")
+    version_pattern = r"Version (\S+)"
 
     def prepare(self, workspace: Path, port: int) -> Launch:
         denied = [
