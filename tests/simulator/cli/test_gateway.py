@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from simulator.cli.app import main
-from simulator.engines import HAProxy, Nginx
+from simulator.engines import ENGINES, HAProxy, Nginx
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -92,3 +92,15 @@ def test_a_gateway_runs_until_sigterm_and_says_how_to_reach_it() -> None:
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_every_engine_starts_from_the_command_line(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    problem = ENGINES[name].missing()
+    if problem is not None:
+        pytest.skip(f"needs Debian's {' '.join(ENGINES[name].packages)} ({problem})")
+    assert main(["gateway", name, "--max-seconds", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert re.match(rf"ctxsim gateway {name} \S+ listening on http://127\.0\.0\.1:\d+ → mock openai", out)
+    assert out.rstrip().endswith(f"stopped {name}")
