@@ -338,8 +338,8 @@ ERRORS: list[tuple[str, str, str]] = [
     (
         "unknown-top-key",
         'providr = "x"\n' + VALID,
-        "{file}: unknown top-level key 'providr'; valid keys: description, expect, fault, name, policy, "
-        "provider, seed, summarizer, workload",
+        "{file}: unknown top-level key 'providr'; valid keys: description, engine, expect, fault, name, "
+        "policy, provider, seed, summarizer, workload",
     ),
     (
         "unknown-section-key",
