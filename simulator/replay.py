@@ -74,10 +74,13 @@ from simulator.workloads import (
     workload_transcript,
 )
 
-__all__ = ["ReplayResult", "TRANSPORTS", "expectation_problems", "observed", "replay"]
+__all__ = ["ENGINE_TIERS", "ReplayResult", "TRANSPORTS", "expectation_problems", "observed", "replay"]
 
 
 TRANSPORTS: tuple[str, ...] = ("inprocess", "loopback")
+# Where the gateway comes from: the scenario's mock faults, or the real program a scenario names (engine =).
+ENGINE_TIERS: tuple[str, ...] = ("mock", "real")
+REAL_TIER_MAX_BODY = 64 * 1024 * 1024  # the mock behind a real engine takes whatever the engine lets through
 # Sent like a real client's key (its header counts against header-size caps); never a real key.
 REPLAY_API_KEY = "sk-ctxsim-replay-not-a-real-key"
 
@@ -258,6 +261,7 @@ def replay(
     on_event: Callable[[ReplayEvent], Any] | None = None,
     policy_name: str | None = None,
     strategy: Strategy | None = None,
+    engines: str = "mock",
 ) -> ReplayResult:
     """Replay ``transcript`` under ``scenario`` with ``policy``; one record per request attempt.
 
@@ -277,7 +281,13 @@ def replay(
     the compactor, ladder and cap state its factory builds for this run — built
     with the run's policy, archive, an event bus feeding ``on_event``, the
     session's stats and the scenario's summarizer.
+
+    ``engines="real"`` replays a scenario that names an engine (``engine = "haproxy"``) through that
+    real program on loopback, the mock provider behind it (:mod:`simulator.engines.tier`); other
+    scenarios replay as ``transport`` says.
     """
+    if engines not in ENGINE_TIERS:
+        raise ReplayError(f"unknown engines {engines!r}; use one of {', '.join(ENGINE_TIERS)}")
     if transport not in TRANSPORTS:
         raise ReplayError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
     if not isinstance(scenario, Scenario):
@@ -307,7 +317,13 @@ def replay(
     box = Middlebox(provider, scenario.faults, seed=seed, sleep=_no_sleep, turn_of=_header_turn)
     with ExitStack() as stack:
         http_transport: httpx.BaseTransport
-        if transport == "loopback":
+        if engines == "real" and scenario.engine is not None:
+            from simulator.engines.tier import engine_for
+
+            upstream = stack.enter_context(LoopbackServer(provider, max_body_bytes=REAL_TIER_MAX_BODY))
+            engine = stack.enter_context(engine_for(scenario, upstream.base_url))
+            base_url, http_transport = engine.url, httpx.HTTPTransport(verify=False)
+        elif transport == "loopback":
             server = stack.enter_context(LoopbackServer(box))
             # plain HTTP on 127.0.0.1: skip loading a TLS trust store (~20 ms per replay)
             base_url, http_transport = server.base_url, httpx.HTTPTransport(verify=False)

@@ -19,7 +19,7 @@ from pathlib import Path
 __all__ = ["DATA_KINDS", "ResourceError", "data_dir", "data_root"]
 
 # The folders of fixtures/ a loader may ask for.
-DATA_KINDS: tuple[str, ...] = ("errors", "pages", "scenarios", "transcripts")
+DATA_KINDS: tuple[str, ...] = ("errors", "pages", "scenarios", "transcripts", "waf")
 # A source checkout: the repository root holds the project file and fixtures/ beside the package.
 CHECKOUT_MARKER = "pyproject.toml"
 FIXTURES = "fixtures"

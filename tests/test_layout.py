@@ -21,7 +21,7 @@ LIBRARY_WINGS = (
     "turn",
     "wire",
 )
-SIMULATOR_WINGS = ("cli", "providers", "proxy", "research", "transcripts")
+SIMULATOR_WINGS = ("cli", "engines", "providers", "proxy", "research", "transcripts")
 
 
 def _module_name(path: Path) -> str:

@@ -5,6 +5,7 @@
               directory (``attempts.csv``, ``manifest.json``; PNG figures with ``--figures``)
 ``replay``    one replay with its turn log (every event and notice, per turn/attempt)
 ``proxy``     a real loopback HTTP middlebox in front of a mock provider or a real URL
+``gateway``   a real gateway (nginx, HAProxy, Apache/nginx + ModSecurity + CRS, Squid, Caddy) on loopback
 ``fault``     list, add or remove faults on a running ``proxy --admin`` (toxiproxy-style)
 ``infer``     a scenario (TOML) that reproduces a gateway recorded by ``proxy --record``
 ``probe``     estimate a gateway's body cap by bisection with synthetic requests
@@ -35,6 +36,7 @@ from ctxrecover.errors import ConfigError
 from simulator.cli import (
     classify,
     fault,
+    gateway,
     generate,
     infer,
     notebooks,
@@ -53,7 +55,21 @@ from simulator.workloads import ReplayError
 
 __all__ = ["build_parser", "main"]
 
-SUBCOMMANDS = (run, replay, sweep, tune, report, notebooks, proxy, fault, infer, probe, classify, generate)
+SUBCOMMANDS = (
+    run,
+    replay,
+    sweep,
+    tune,
+    report,
+    notebooks,
+    proxy,
+    gateway,
+    fault,
+    infer,
+    probe,
+    classify,
+    generate,
+)
 
 # The validation errors that mean "bad input": one line on stderr, exit code 2.
 INPUT_ERRORS: tuple[type[Exception], ...] = (

@@ -36,7 +36,7 @@ from simulator.proxy.loopback import TURN_HEADER, LoopbackServer, ServerStartErr
 from simulator.proxy.redact import redact_url
 from simulator.proxy.scenario import DEFAULT_CONTEXT_WINDOWS
 
-__all__ = ["build_app", "register", "run"]
+__all__ = ["build_app", "mock_host", "register", "run", "serve_until_stopped"]
 
 MOCK_PREFIX = "mock:"
 # mock:NAME → the host MockService.for_host mocks (mock:openai serves Chat Completions and Responses).
@@ -106,6 +106,17 @@ def size_arg(text: str) -> int:
     return size
 
 
+def mock_host(upstream: str) -> str:
+    """The mock host of a ``mock:NAME`` upstream (CliError listing the mocks otherwise)."""
+    host = MOCK_HOSTS.get(upstream.removeprefix(MOCK_PREFIX))
+    if host is None:
+        raise CliError(
+            f"--upstream {upstream!r}: unknown mock; use one of "
+            + ", ".join(MOCK_PREFIX + name for name in MOCK_HOSTS)
+        )
+    return host
+
+
 def build_app(args: argparse.Namespace) -> tuple[Any, str | None, str, str | None]:
     """The middlebox (with its mock, if any), the upstream URL, what it fronts, and the wire format."""
     from simulator.providers.service import HOSTS, MockService
@@ -118,12 +129,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, str | None, str, str | Non
     faults = [*(scenario.faults if scenario else ()), *(parse_fault_spec(spec) for spec in args.fault)]
     upstream = args.upstream or MOCK_PREFIX + (scenario.provider.format if scenario else "openai")
     if upstream.startswith(MOCK_PREFIX):
-        host = MOCK_HOSTS.get(upstream.removeprefix(MOCK_PREFIX))
-        if host is None:
-            raise CliError(
-                f"--upstream {upstream!r}: unknown mock; use one of "
-                + ", ".join(MOCK_PREFIX + name for name in MOCK_HOSTS)
-            )
+        host = mock_host(upstream)
         fmt = HOSTS[host][0][0]
         window = args.context_window or (
             scenario.provider.context_window if scenario else DEFAULT_CONTEXT_WINDOWS[fmt]
@@ -230,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         raise _start_error(exc) from None
     try:
         _announce(server, box, target, fmt, upstream_url, args)
-        reason = _serve(args.max_seconds)
+        reason = serve_until_stopped(args.max_seconds)
         if reason:
             print(f"stopping ({reason})", file=sys.stderr)
     finally:
@@ -324,7 +330,7 @@ def _on_sigterm(handler: Callable[[int, FrameType | None], None]) -> Iterator[No
         signal.signal(signal.SIGTERM, previous)
 
 
-def _serve(max_seconds: float | None) -> str:
+def serve_until_stopped(max_seconds: float | None) -> str:
     """Wait until Ctrl-C, SIGTERM or ``max_seconds``; the reason to stop ("" when the time ran out)."""
     stop = threading.Event()
     reasons: list[str] = []

@@ -23,7 +23,7 @@ from simulator.cli.common import (
     transcripts_option,
 )
 from simulator.cli.output import format_archive_sources, format_summary, run_document, run_line, scenario_rows
-from simulator.proxy.scenario import list_scenarios, load_scenario
+from simulator.proxy.scenario import Scenario, list_scenarios, load_scenario
 from simulator.replay import ReplayResult, expectation_problems, replay
 from simulator.research.run_files import (
     ATTEMPTS_CSV,
@@ -40,6 +40,8 @@ __all__ = ["register", "run"]
 def run(args: argparse.Namespace) -> int:
     policy, policy_name = policy_from_spec(args.policy)
     scenarios = [load_scenario(name) for name in (split_names(args.scenarios) or list_scenarios())]
+    if args.engines == "real":
+        _check_engines(scenarios)
     transcripts = transcripts_option(args.transcripts)
     out = run_dir(args.out)
     jobs = [(transcript, scenario) for scenario in scenarios for transcript in transcripts]
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 transport=args.transport,
                 policy_name=policy_name,
+                engines=args.engines,
             )
             results.append(result)
             if figures is not None:
@@ -100,6 +103,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_report(results, out, names)
     return EXIT_EXPECTATION_MISSED if missed and not args.report_only else EXIT_OK
+
+
+def _check_engines(scenarios: list[Scenario]) -> None:
+    """Every engine the scenarios name is installed (else one line naming its Debian packages)."""
+    from simulator.engines import EngineError, engine_class
+
+    for name in dict.fromkeys(s.engine for s in scenarios if s.engine is not None):
+        try:
+            engine_class(name).check_available()
+        except (EngineError, ValueError) as error:
+            raise CliError(str(error)) from None
 
 
 def _print_report(results: list[ReplayResult], out: Path, names: list[str]) -> None:
@@ -140,6 +154,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="comma-separated scenario names or files (default: every bundled scenario)",
     )
     add_replay_options(parser)
+    parser.add_argument(
+        "--engines",
+        choices=("mock", "real"),
+        default="mock",
+        help="mock (default): the scenarios' mock faults; real: a scenario that names an engine "
+        '(engine = "haproxy") replays through that real program on loopback — a slower tier',
+    )
     parser.add_argument(
         "--out", type=Path, default=None, help="run directory (default: runs/<UTC timestamp>)"
     )

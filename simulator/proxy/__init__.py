@@ -1,10 +1,13 @@
 """Gateway faults and where they run: middleboxes, pages, fault specs, scenarios, in-process and loopback,
-the runtime admin API, recording a gateway and inferring a scenario from it, probing a body cap."""
+the runtime admin API, recording a gateway and inferring a scenario from it, probing a body cap; the
+CRS's anomaly scoring as rules as data."""
 
 from simulator.proxy.admin import AdminApi
+from simulator.proxy.anomaly import AnomalyScorer
 from simulator.proxy.fault_specs import ScenarioError, fault_spec, parse_fault_spec
 from simulator.proxy.faults import (
     FAULT_KINDS,
+    AnomalyWaf,
     Bandwidth,
     BedrockHtml403,
     BodyCap,
@@ -33,6 +36,8 @@ __all__ = [
     "FAULT_KINDS",
     "TURN_HEADER",
     "AdminApi",
+    "AnomalyScorer",
+    "AnomalyWaf",
     "Bandwidth",
     "BedrockHtml403",
     "BodyCap",

@@ -307,7 +307,10 @@ class Dispatcher:
         ex.trace.answer(decision.body)
         ex.response_bytes = len(decision.body)
         self._record(ex, "responded", decision.status, ex.detail)
-        await conn.fault_reply(reply)
+        keeps = (b"connection", b"close") not in [(k.lower(), v.lower()) for k, v in reply.headers]
+        if keeps and conn.h11.their_state is h11.DONE:  # a page after the whole body: keep-alive, as nginx
+            return await conn.send(reply, close=False) and conn.reusable
+        await conn.fault_reply(reply, linger=decision.lingers)
         return False
 
     async def _drop(self, conn: HttpConnection, fault: ConnectionFault, ex: PendingExchange) -> bool:
@@ -415,6 +418,8 @@ class Dispatcher:
         except UpstreamFailure as failure:
             return await self._upstream_failed(conn, failure, ex)
         ex.upstream_ms = (time.monotonic() - started) * 1000
+        if conn.upstream.answered_early:
+            ex.detail = "the upstream answered before the whole body was sent"
         return await relay(
             conn,
             response.status,
@@ -445,7 +450,7 @@ class Dispatcher:
 
     def _recorder(self, ex: PendingExchange) -> Callable[[str, int | None, str], None]:
         def record(outcome: str, status: int | None, detail: str = "") -> None:
-            self._record(ex, outcome, status, detail)
+            self._record(ex, outcome, status, detail or ex.detail)
 
         return record
 

@@ -59,7 +59,9 @@ class Respond:
     """Decision: the middlebox answers itself with this status, headers and body.
 
     ``delay_s`` is a silence before the answer (a gateway timeout's wait, or latency);
-    ``applied`` names the fault that answered (then any shaping fault that fired).
+    ``applied`` names the fault that answered (then any shaping fault that fired). ``lingers``:
+    over TCP, an unread body is drained before the connection closes (else it closes at once,
+    and a client still sending meets a reset).
     """
 
     status: int
@@ -67,6 +69,7 @@ class Respond:
     body: bytes
     delay_s: float = 0.0
     applied: tuple[str, ...] = ()
+    lingers: bool = True
 
     @property
     def text(self) -> str:

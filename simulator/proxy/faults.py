@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from string import Template
 from types import MappingProxyType
 from typing import ClassVar, NoReturn
@@ -19,6 +20,7 @@ from typing import ClassVar, NoReturn
 import httpx
 
 from simulator.providers.mock import format_for_path, rate_limit_response
+from simulator.proxy.anomaly import RULE_SETS, AnomalyScorer, Verdict
 from simulator.proxy.fault_base import (
     FORWARD,
     ConnectionFault,
@@ -44,6 +46,7 @@ from simulator.proxy.shaping import Bandwidth, CutStream, Latency, ShapingFault
 __all__ = [
     "FAULT_KINDS",
     "FORWARD",
+    "AnomalyWaf",
     "Bandwidth",
     "BedrockHtml403",
     "BodyCap",
@@ -88,11 +91,11 @@ def render_page(page: PageVariant, ids: Mapping[str, str]) -> Respond:
     """``page`` as a middlebox answers it, its ``$name`` placeholders filled from ``ids``."""
     body = Template(page_text(page.file)).safe_substitute(ids).encode()
     headers = (
-        ("content-type", page.content_type),
+        *((("content-type", page.content_type),) if page.content_type else ()),
         *((name, Template(value).safe_substitute(ids)) for name, value in page.headers),
-        ("connection", "close"),
+        *((("connection", "close"),) if page.closes else ()),
     )
-    return Respond(page.status, headers, body)
+    return Respond(page.status, headers, body, lingers=page.lingers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +189,48 @@ class ContentMatch(Fault):
     def _triggered(self, request: httpx.Request, body_bytes: int) -> bool:
         body = request.read().decode("utf-8", "replace")
         return re.search(self.pattern, body, re.IGNORECASE) is not None  # compiled once, by re's cache
+
+    def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
+        return render_page(WAF_PAGES[self.page], ids)
+
+
+@cache
+def _scorer(rules: str, paranoia: int, json_body: bool) -> AnomalyScorer:
+    return AnomalyScorer.bundled(rules, paranoia=paranoia, threshold=1, json_body=json_body)
+
+
+@dataclass(frozen=True, slots=True)
+class AnomalyWaf(Fault):
+    """A WAF that scores a body the CRS way and blocks it at ``threshold`` (:mod:`simulator.proxy.anomaly`).
+
+    The rules of ``rules`` (:data:`~simulator.proxy.anomaly.RULE_SETS`: the OWASP CRS 3.3) up to
+    ``paranoia`` (1–4) run over the request's arguments (each JSON leaf, with ``json_body``),
+    headers and path; every matching value adds its rule's score, and a sum of ``threshold`` or
+    more gets the ``page`` (:data:`WAF_PAGES`; ``apache`` and ``nginx`` are what Apache and nginx
+    with ModSecurity answer), whatever the body's size.
+    """
+
+    kind: ClassVar[str] = "anomaly-waf"
+    paranoia: int = 1
+    threshold: int = 5
+    page: str = "apache"
+    rules: str = "crs-3.3"
+    json_body: bool = True
+
+    def _check(self) -> None:
+        choose("page", self.page, WAF_PAGES)
+        choose("rules", self.rules, RULE_SETS)
+        if self.paranoia not in (1, 2, 3, 4):
+            raise ValueError(f"paranoia must be 1, 2, 3 or 4, got {self.paranoia}")
+        positive("threshold", self.threshold)
+
+    def verdict(self, request: httpx.Request) -> Verdict:
+        """The anomaly score of ``request`` under this fault's rules (what matched, and the sum)."""
+        verdict = _scorer(self.rules, self.paranoia, self.json_body).score(request)
+        return Verdict(verdict.score, self.threshold, verdict.matches)
+
+    def _triggered(self, request: httpx.Request, body_bytes: int) -> bool:
+        return self.verdict(request).blocked
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
         return render_page(WAF_PAGES[self.page], ids)
@@ -335,9 +380,8 @@ class StatusPage(Fault):
             raise ValueError(f"status must be an HTTP status within 100..599, got {self.status}")
 
     def action(self, request: httpx.Request, ids: Mapping[str, str]) -> Respond | ConnectionFault:
-        return Respond(
-            self.status, (("content-type", self.content_type), ("connection", "close")), self.body.encode()
-        )
+        kind = (("content-type", self.content_type),) if self.content_type else ()  # "": none, as recorded
+        return Respond(self.status, (*kind, ("connection", "close")), self.body.encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +412,7 @@ FAULT_KINDS: Mapping[str, type[Fault]] = MappingProxyType(
             HeaderCap,
             WafBlock,
             ContentMatch,
+            AnomalyWaf,
             BedrockHtml403,
             ResetAfter,
             CloseAfterBody,

@@ -20,6 +20,7 @@ request sent twice).
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ NOT_FORWARDED_HEADERS = frozenset(
 )
 CONNECT_TIMEOUT_S = 10.0
 READ_CHUNK_BYTES = 64 * 1024
+SEND_CHUNK_BYTES = 64 * 1024  # the body goes out in pieces this size, so an early answer stops it
 DEFAULT_PORTS = {"http": 80, "https": 443}
 CLOSED = "Server disconnected without sending a response."
 
@@ -121,14 +123,84 @@ class Forwarder:
         return UpstreamFailure(outcome, status, redact_text(f"{name} from {self.shown}: {text}"))
 
 
+class _SocketChannel:
+    """A plain-TCP upstream connection on a raw socket.
+
+    A refused write does not close it, so an answer the upstream sent before it stopped reading
+    (a 413 by Content-Length, then a close) can still be read after the write failed.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    async def send(self, data: bytes) -> None:
+        await asyncio.get_running_loop().sock_sendall(self.sock, data)
+
+    async def recv(self) -> bytes:
+        return await asyncio.get_running_loop().sock_recv(self.sock, READ_CHUNK_BYTES)
+
+    def idle_and_open(self) -> bool:
+        try:
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True  # nothing to read: still open, and idle
+        except OSError:
+            return False
+        return False  # closed (EOF), or the upstream sent something unasked: not reusable
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class _StreamChannel:
+    """A TLS upstream connection (asyncio streams)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def recv(self) -> bytes:
+        return await self.reader.read(READ_CHUNK_BYTES)
+
+    def idle_and_open(self) -> bool:
+        return not self.reader.at_eof() and not self.writer.is_closing()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def _open_socket(host: str, port: int) -> socket.socket:
+    loop = asyncio.get_running_loop()
+    last: OSError | None = None
+    for family, kind, proto, _, address in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, address)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as error:
+            sock.close()
+            last = error
+    raise last or OSError(f"no address for {host}")
+
+
 class UpstreamLink:
-    """The upstream side of one client connection: one keep-alive HTTP/1.1 connection, nothing shared."""
+    """The upstream side of one client connection: one keep-alive HTTP/1.1 connection, nothing shared.
+
+    The request body goes out in pieces while the answer is read: an upstream that answers before
+    the body is in (a body cap by Content-Length) stops the sending, and its answer is relayed; a
+    reset is reported only when no answer came.
+    """
 
     def __init__(self, forwarder: Forwarder) -> None:
         self.forwarder = forwarder
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._channel: _SocketChannel | _StreamChannel | None = None
         self._h11: h11.Connection | None = None
+        self.answered_early = False
 
     async def send(
         self, method: str, raw_target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes
@@ -156,12 +228,10 @@ class UpstreamLink:
         """Whether the last exchange ended cleanly and the upstream has not closed the idle connection."""
         return (
             self._h11 is not None
-            and self._reader is not None
-            and self._writer is not None
+            and self._channel is not None
             and self._h11.our_state is h11.DONE
             and self._h11.their_state is h11.DONE
-            and not self._reader.at_eof()
-            and not self._writer.is_closing()
+            and self._channel.idle_and_open()
         )
 
     async def _connect(self) -> None:
@@ -169,30 +239,56 @@ class UpstreamLink:
         context = forwarder.tls_context()
         try:
             async with asyncio.timeout(min(CONNECT_TIMEOUT_S, forwarder.timeout_s)):
-                self._reader, self._writer = await asyncio.open_connection(
-                    forwarder.host,
-                    forwarder.port,
-                    ssl=context,
-                    server_hostname=forwarder.host if context is not None else None,
-                )
+                if context is None:
+                    self._channel = _SocketChannel(await _open_socket(forwarder.host, forwarder.port))
+                else:
+                    reader, writer = await asyncio.open_connection(
+                        forwarder.host, forwarder.port, ssl=context, server_hostname=forwarder.host
+                    )
+                    self._channel = _StreamChannel(reader, writer)
         except TimeoutError:
             raise forwarder.failure("ConnectTimeout", "timed out", "upstream-error", 502) from None
         except (OSError, ssl.SSLError) as error:
             raise forwarder.failure("ConnectError", error, "upstream-error", 502) from None
         self._h11 = h11.Connection(h11.CLIENT)
 
+    async def _send_request(self, head: h11.Request, body: bytes) -> None:
+        assert self._h11 is not None and self._channel is not None
+        await self._channel.send(self._h11.send(head) or b"")
+        for offset in range(0, len(body), SEND_CHUNK_BYTES):
+            await self._channel.send(
+                self._h11.send(h11.Data(data=body[offset : offset + SEND_CHUNK_BYTES])) or b""
+            )
+        await self._channel.send(self._h11.send(h11.EndOfMessage()) or b"")
+
     async def _exchange(self, head: h11.Request, body: bytes) -> UpstreamResponse:
-        assert self._h11 is not None and self._writer is not None
-        data = self._h11.send(head) + self._h11.send(h11.Data(data=body)) + self._h11.send(h11.EndOfMessage())
-        self._writer.write(data)
+        self.answered_early = False
+        sending = asyncio.create_task(self._send_request(head, body))
+        answer = asyncio.create_task(self._answer())
         try:
-            await self._writer.drain()
-        except ConnectionError as error:  # the upstream may have answered before it stopped reading
-            try:
-                return await self._answer()
-            except UpstreamFailure:
-                raise self.forwarder.failure("WriteError", error, "upstream-reset", None) from None
-        return await self._answer()
+            await asyncio.wait({sending, answer}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            sending.cancel()
+            answer.cancel()
+            raise
+        if not sending.done():  # the upstream answered (or failed) before the body was in: stop sending
+            sending.cancel()
+            await asyncio.gather(sending, return_exceptions=True)
+            response = answer.result()
+            self.answered_early = True
+            return response
+        error = sending.exception()
+        if error is None:
+            return await answer
+        if not isinstance(error, ConnectionError):
+            answer.cancel()
+            raise error
+        try:  # the upstream may have answered before it stopped reading
+            response = await answer
+        except UpstreamFailure:
+            raise self.forwarder.failure("WriteError", error, "upstream-reset", None) from None
+        self.answered_early = True
+        return response
 
     async def _answer(self) -> UpstreamResponse:
         """Read up to the answer's head (skipping 1xx answers)."""
@@ -209,12 +305,12 @@ class UpstreamLink:
                 return UpstreamResponse(event.status_code, headers, length, self)
 
     async def _next_event(self) -> object:
-        assert self._h11 is not None and self._reader is not None
+        assert self._h11 is not None and self._channel is not None
         forwarder = self.forwarder
         while (event := self._next()) is h11.NEED_DATA:
             try:
                 async with asyncio.timeout(forwarder.timeout_s):
-                    data = await self._reader.read(READ_CHUNK_BYTES)
+                    data = await self._channel.recv()
             except TimeoutError:
                 raise forwarder.failure("ReadTimeout", "timed out", "upstream-timeout", 504) from None
             except ConnectionError as error:
@@ -244,6 +340,6 @@ class UpstreamLink:
 
     async def aclose(self) -> None:
         """Close the connection (a later request opens a new one)."""
-        writer, self._reader, self._writer, self._h11 = self._writer, None, None, None
-        if writer is not None:
-            writer.close()
+        channel, self._channel, self._h11 = self._channel, None, None
+        if channel is not None:
+            channel.close()

@@ -258,12 +258,16 @@ class HttpConnection:
 
     # -- what a faulty gateway does -------------------------------------------------------
 
-    async def fault_reply(self, reply: Reply) -> None:
-        """Answer with ``Connection: close``; drain an unread body so the client sees the answer."""
+    async def fault_reply(self, reply: Reply, *, linger: bool = True) -> None:
+        """Answer with ``Connection: close``; drain an unread body so the client sees the answer
+        (``linger``), or close at once as HAProxy and Squid do (a client still sending is reset)."""
         try:
             await self.send(reply, close=True)
         except h11.LocalProtocolError:
             return  # the request was too broken to answer
+        if not linger:
+            self.writer.close()
+            return
         if self.h11.their_state is not h11.DONE and self.writer.can_write_eof():
             self.writer.write_eof()
             await self.wait_for_eof(LINGER_S)

@@ -25,10 +25,12 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import httpx
 
+from ctxrecover.classify import classify
 from ctxrecover.sizes import format_payload_size
 from simulator.providers.mock import format_for_path
 from simulator.proxy.fault_base import ConnectionFault, Fault, Forward, Respond
@@ -46,9 +48,9 @@ from simulator.proxy.faults import (
     StatusPage,
     header_bytes,
 )
-from simulator.proxy.journal import RECORD_FORMAT, page_fingerprint
+from simulator.proxy.journal import RECORD_FORMAT, page_fingerprint, page_title
 from simulator.proxy.middlebox import Middlebox
-from simulator.proxy.pagebook import is_gateway_refusal, known_page
+from simulator.proxy.pagebook import KnownPage, is_gateway_refusal, known_page
 
 __all__ = [
     "Inference",
@@ -76,6 +78,23 @@ UNITS = tuple(
     sorted({2**k for k in range(31)} | {m * 10**k for k in range(10) for m in (1, 2, 5)}, reverse=True)
 )
 VERIFY_HOST = "gateway.example"
+# The workload of an inferred scenario with a size threshold: a generated history this many times the
+# threshold, so its requests pass it and the replay meets the gateway's answer (then recovers).
+WORKLOAD_REACH = 2
+# How a replay ends when the first refusal it meets is read as this kind: compaction recovers a size
+# refusal (a transient one after one plain retry, SPEC §11), a rate limit is never compacted, and any
+# other kind surfaces to the caller uncompacted.
+RUN_OUTCOMES = MappingProxyType(
+    {
+        "payload_too_large": "recovered",
+        "waf_rejection": "recovered",
+        "suspected_payload": "recovered",
+        "transient_network": "recovered",
+        "context_overflow": "recovered",
+        "rate_limit": "no_compaction",
+    }
+)
+WORKLOAD_MIN_BYTES = 16 * 1024
 PAD_HEADER = "x-ctxsim-pad"  # pads a replayed request head to its recorded size
 
 
@@ -101,6 +120,7 @@ class Observed:
     retry_after: int | None = None
     elapsed_ms: float = 0.0
     response_bytes: int = 0
+    server: str = ""
 
     @property
     def group(self) -> str:
@@ -112,8 +132,21 @@ class Observed:
         if self.outcome in CUT_OUTCOMES:
             return CUT
         if is_gateway_refusal(self.status, self.content_type, self.fingerprint, dropped=False):
-            return f"{self.status}:{self.fingerprint}"
+            page = self.page
+            return f"{self.status}:{page.identity if page is not None else self.fingerprint}"
         return PASS
+
+    @property
+    def page(self) -> KnownPage | None:
+        """The bundled page this answer is, from its shape (status, fingerprint, title, type, length)."""
+        return known_page(
+            self.status,
+            self.fingerprint,
+            title=self.title,
+            content_type=self.content_type,
+            length=self.response_bytes,
+            server=self.server,
+        )
 
 
 def _int(entry: dict[str, Any], *keys: str, default: int | None = None) -> int | None:
@@ -144,6 +177,7 @@ def _observed(entry: dict[str, Any], line: int) -> Observed:
         int(retry_after) if retry_after.isdigit() else None,
         float((entry.get("timings") or {}).get("elapsed_ms") or 0.0),
         _int(response, "body_bytes", default=0) or 0,
+        headers.get("server", ""),
     )
 
 
@@ -198,7 +232,7 @@ class Inference:
     reproduced: int = 0
     total: int = 0
     format: str = "openai-chat"
-    failure_kind: str | None = None
+    reach: int | None = None  # the largest size threshold: a replay must send bodies over it
 
 
 def _fault_for(
@@ -227,7 +261,7 @@ def _fault_for(
     if group == CUT:
         cut = int(statistics.median(m.response_bytes for m in members))
         return CutStream(n_bytes=cut, min_bytes=above or min_bytes, **gate), f"answers cut after ~{cut:,} B"
-    page = known_page(first.status, first.fingerprint)
+    page = first.page
     if page is not None:
         named: dict[str, Any] = {page.field: page.name} if page.field else {}
         if page.kind == "body-cap":
@@ -244,15 +278,18 @@ def _fault_for(
         retry = first.retry_after or 20
         limited = RateLimit429(retry_after=retry, min_bytes=above or min_bytes, **gate)
         return limited, f"429, retry after {retry} s"
-    body = (
-        first.body
-        if first.body is not None
-        else (
-            f"(page not recorded: {first.title or first.content_type or 'status ' + str(status)}; "
-            "record with --record-bodies to reproduce it)"
+    if first.response_bytes == 0:  # an empty page is a fact, whether bodies were recorded or not
+        body, kind = "", first.content_type
+    else:
+        body = (
+            first.body
+            if first.body is not None
+            else (
+                f"(page not recorded: {first.title or first.content_type or 'status ' + str(status)}; "
+                "record with --record-bodies to reproduce it)"
+            )
         )
-    )
-    kind = first.content_type or "text/plain; charset=utf-8"
+        kind = first.content_type or "text/plain; charset=utf-8"
     what = f"{status} {first.title or first.content_type}".strip() + " page"
     return StatusPage(status=status, body=body, content_type=kind, min_bytes=above or min_bytes, **gate), what
 
@@ -355,6 +392,7 @@ def infer_scenario(observed: Sequence[Observed], *, fmt: str | None = None, seed
             )
         )
         previous = largest
+        inference.reach = threshold
     inference.faults.extend(reversed(size_faults))  # highest band first: the first fault that fires wins
     predictions = verify([fault for fault, _ in inference.faults], observed, seed=seed)
     inference.reproduced = sum(o.group == predicted for o, predicted in predictions)
@@ -395,7 +433,15 @@ def _group_of(decision: Forward | Respond | ConnectionFault, request: httpx.Requ
     fingerprint = page_fingerprint(decision.body, host=request.url.host, path=request.url.path)
     content_type = dict(decision.headers).get("content-type", "")
     if is_gateway_refusal(decision.status, content_type, fingerprint, dropped=False):
-        return f"{decision.status}:{fingerprint}"
+        page = known_page(
+            decision.status,
+            fingerprint,
+            title=page_title(decision.body),
+            content_type=content_type,
+            length=len(decision.body),
+            server=dict(decision.headers).get("server", ""),
+        )
+        return f"{decision.status}:{page.identity if page is not None else fingerprint}"
     return PASS
 
 
@@ -434,6 +480,15 @@ def scenario_toml(inference: Inference, *, source: str, upstream: str = "") -> s
         lines += [f"# {evidence}", "[[fault]]"]
         lines += [f"{name} = {_toml_value(value)}" for name, value in fault_fields(fault).items()]
         lines.append("")
+    if inference.reach is not None:
+        history = max(WORKLOAD_MIN_BYTES, inference.reach * WORKLOAD_REACH)
+        lines += [
+            f"# A workload whose requests grow past the largest size threshold ({inference.reach:,} B).",
+            "[workload]",
+            'transcript = "generated"',
+            f'history_bytes = "{history}B"',
+            "",
+        ]
     outcome, failure = _expectation(inference)
     lines += [
         "# [expect] is a guess from the recorded failures: check it before ctxsim run uses it.",
@@ -446,7 +501,20 @@ def scenario_toml(inference: Inference, *, source: str, upstream: str = "") -> s
 
 
 def _expectation(inference: Inference) -> tuple[str, str | None]:
+    """The guessed ``[expect]``: what ctxrecover reads the first refusal the replay meets as.
+
+    The first refusal of a growing history is the lowest size band's fault (the last one listed);
+    when it answers with a page, ``ctxrecover.classify`` says its kind, as the session will.
+    """
     kinds = {fault.kind for fault, _ in inference.faults}
+    if inference.reach is not None:
+        first = inference.faults[-1][0]
+        request = httpx.Request("POST", f"http://{VERIFY_HOST}/v1/chat/completions", content=b"{}")
+        decision = first.action(request, {"host": VERIFY_HOST, "path": "/v1/chat/completions"})
+        if isinstance(decision, Respond):
+            failure = classify(status=decision.status, body=decision.text, headers=dict(decision.headers))
+            kind = failure.kind.value
+            return RUN_OUTCOMES.get(kind, "no_compaction"), kind
     if kinds & {"body-cap", "header-cap"}:
         return "recovered", "payload_too_large"
     if kinds & {"waf-403-html", "bedrock-html-403"}:

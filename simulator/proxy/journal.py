@@ -66,6 +66,9 @@ OUTCOMES: Mapping[str, str] = MappingProxyType(
         "client-gone": "the client closed or reset before its body was complete",
     }
 )
+# A product and its version ("nginx/1.22.1", "Apache/2.4.71", "squid/5.7"): the page is the same product's
+# whatever its version or server_tokens setting, so the version goes before the digit tokens do.
+PRODUCT_VERSION_RE = re.compile(rb"\b([A-Za-z][A-Za-z_-]*)/v?[0-9][A-Za-z0-9_.+~-]*")
 TOKEN_WITH_DIGIT_RE = re.compile(rb"[A-Za-z0-9_.=+/-]*[0-9][A-Za-z0-9_.=+/-]*")
 WHITESPACE_RE = re.compile(rb"\s+")
 TITLE_RE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
@@ -175,14 +178,16 @@ class PendingExchange:
 def page_fingerprint(body: bytes, *, host: str = "", path: str = "") -> str:
     """A hash of a page that ignores what changes per request: ids, numbers, the host and path it names.
 
-    Tokens holding a digit (Ray IDs, references, dates, sizes) and whitespace runs are
-    normalised, and so are the ``host`` and ``path`` the page was served for: two renderings
-    of the same gateway page have the same fingerprint; different pages almost never do.
+    Product versions (``nginx/1.22.1`` reads ``nginx``), tokens holding a digit (Ray IDs,
+    references, dates, sizes, ports) and whitespace runs are normalised, and so are the ``host``
+    and ``path`` the page was served for: two renderings of the same gateway page have the same
+    fingerprint, whatever the engine's version; different pages almost never do.
     """
     page = body[:PAGE_PREFIX_BYTES]
     for known in (host, path):
         if len(known) >= 3:
             page = page.replace(known.encode(), b"#")
+    page = PRODUCT_VERSION_RE.sub(rb"\1", page)
     normalised = WHITESPACE_RE.sub(b" ", TOKEN_WITH_DIGIT_RE.sub(b"#", page)).strip()
     return hashlib.sha256(normalised).hexdigest()[:16]
 
@@ -238,7 +243,8 @@ def record_entry(record: ExchangeRecord, trace: ExchangeTrace) -> dict[str, Any]
     }
     if trace.keep_bodies:
         request["body"] = _body(trace.request_body)
-        response["body"] = _body(trace.response_body)
+        # an empty page is a fact to record, not a body left out
+        response["body"] = _body(trace.response_body if trace.response_body is not None else b"")
     return {
         "time": _iso(record.started_at),
         "turn": record.turn,

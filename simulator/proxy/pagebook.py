@@ -4,9 +4,12 @@
 *gateway refusal* when the connection was dropped, when its status is one gateways use for
 themselves (:data:`GATEWAY_STATUSES`), when it is an HTML 403 on a JSON API, or when it is
 one of the bundled pages; a provider's own JSON error (a 400 context overflow, a 401) went
-through the gateway. :func:`known_page` finds the bundled page an answer is, by its
-fingerprint (:func:`~simulator.proxy.journal.page_fingerprint`, which ignores ids, numbers,
-host and path), so an inferred scenario can name it.
+through the gateway. :func:`known_page` finds the bundled page an answer is from its shape
+alone — status and fingerprint (:func:`~simulator.proxy.journal.page_fingerprint`, which
+ignores ids, numbers, versions, host and path), else status, title, content type and a length
+band (:data:`LENGTH_BAND`: the same page of another version or configuration) — so an
+inferred scenario can name it. The bundled pages include those captured from the real
+engines (nginx, Apache, HAProxy, Squid, Caddy: ``fixtures/pages/captured.json``).
 """
 
 from __future__ import annotations
@@ -28,11 +31,23 @@ from simulator.proxy.pages import (
     PageVariant,
 )
 
-__all__ = ["GATEWAY_STATUSES", "KnownPage", "is_gateway_refusal", "known_page", "known_pages"]
+__all__ = [
+    "GATEWAY_STATUSES",
+    "LENGTH_BAND",
+    "KnownPage",
+    "is_gateway_refusal",
+    "known_page",
+    "known_pages",
+    "server_product",
+]
 
 # Statuses a gateway answers itself (sources: RFC 9110 for 408/413/429/502–504, RFC 6585 for 431,
 # Cloudflare's 52x origin errors). A 403 counts when it is HTML (a WAF page on a JSON API).
 GATEWAY_STATUSES = frozenset({408, 413, 429, 431, 502, 503, 504, 520, 521, 522, 523, 524})
+# A page whose fingerprint differs from a bundled one (another version's wording, a signature line on
+# or off) is still that page when status, title and content type agree and its length is within this
+# fraction of the bundled page's.
+LENGTH_BAND = 0.2
 # Placeholders a bundled page is rendered with to fingerprint it (host and path are normalised away).
 SAMPLE_IDS: Mapping[str, str] = MappingProxyType(
     {
@@ -59,6 +74,13 @@ class KnownPage:
     content_type: str
     title: str
     fingerprint: str
+    length: int = 0
+    server: str = ""  # the product its Server header names ("nginx", "apache"), lower-case
+
+    @property
+    def identity(self) -> str:
+        """``kind/name``: what tells this page from the others, whatever its fingerprint."""
+        return f"{self.kind}/{self.name}"
 
 
 def _known(kind: str, field: str | None, name: str, page: PageVariant) -> KnownPage:
@@ -71,7 +93,14 @@ def _known(kind: str, field: str | None, name: str, page: PageVariant) -> KnownP
         page.content_type,
         page_title(body),
         page_fingerprint(body, host=SAMPLE_IDS["host"], path=SAMPLE_IDS["path"]),
+        len(body),
+        server_product(dict(page.headers).get("server", "")),
     )
+
+
+def server_product(server: str) -> str:
+    """The product a Server header names, lower-case: ``Apache/2.4.71 (Debian)`` is ``apache``."""
+    return server.split("/")[0].split()[0].lower() if server.strip() else ""
 
 
 @cache
@@ -87,9 +116,34 @@ def known_pages() -> tuple[KnownPage, ...]:
     )
 
 
-def known_page(status: int | None, fingerprint: str) -> KnownPage | None:
-    """The bundled page with this status and fingerprint, if any."""
-    return next((p for p in known_pages() if p.status == status and p.fingerprint == fingerprint), None)
+def known_page(
+    status: int | None,
+    fingerprint: str,
+    *,
+    title: str = "",
+    content_type: str = "",
+    length: int | None = None,
+    server: str = "",
+) -> KnownPage | None:
+    """The bundled page an answer is, from its shape: its status and fingerprint, else (given a
+    ``title``, ``content_type`` and ``length``) the page of that status, title, content type and
+    server product (when both name one) whose length is nearest, within :data:`LENGTH_BAND`;
+    None when no page fits."""
+    product = server_product(server)
+    exact = next((p for p in known_pages() if p.status == status and p.fingerprint == fingerprint), None)
+    if exact is not None or not title or length is None:
+        return exact
+    kind = content_type.split(";")[0].strip().lower()
+    shaped = [
+        p
+        for p in known_pages()
+        if p.status == status
+        and p.title == title
+        and p.content_type.split(";")[0].strip().lower() == kind
+        and not (product and p.server and product != p.server)
+        and abs(p.length - length) <= LENGTH_BAND * max(p.length, 1)
+    ]
+    return min(shaped, key=lambda p: abs(p.length - length), default=None)
 
 
 def is_gateway_refusal(status: int | None, content_type: str, fingerprint: str, *, dropped: bool) -> bool:

@@ -24,6 +24,11 @@ __all__ = [
 
 PAGES_DIR = data_dir("pages")  # the checkout's fixtures/pages, or the wheel's copy
 CLOUDFLARE_COLO = "FRA"
+# Pages captured from the real engines (Debian 12's nginx 1.22, Apache 2.4 + ModSecurity 2.9, HAProxy 2.6,
+# Squid 5.7, Caddy 2.6) by `python -m simulator.engines.capture`; fixtures/pages/captured.json says from
+# which engine, version, knobs and request each came.
+APACHE_SERVER = (("server", "Apache/2.4.71 (Debian)"),)
+SQUID_HEADERS = (("server", "squid/5.7"), ("via", "1.1 ctxsim-squid (squid/5.7)"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +37,20 @@ class PageVariant:
 
     ``$name`` placeholders in the file and the headers are filled per request
     (``host``, ``path``, ``ray_id``, ``client_ip``, ``reference``,
-    ``support_id``, ``cf_id``, ``transaction_id``).
+    ``support_id``, ``cf_id``, ``transaction_id``). ``lingers`` says what the gateway does with a
+    body it has not read after answering: drain it before closing (nginx's and Apache's lingering
+    close: the client finishes sending, then reads the page), or close at once (HAProxy, Squid,
+    Caddy: a client still sending meets a reset, the page already in its socket). ``closes``: the
+    page says ``Connection: close``; the real engines keep the connection after a policy or rule 403
+    (the body is read by then), so their 403s do not.
     """
 
     file: str
     status: int
     content_type: str
     headers: tuple[tuple[str, str], ...] = ()
+    lingers: bool = True
+    closes: bool = True
 
 
 BODY_CAP_PAGES: Mapping[str, PageVariant] = MappingProxyType(
@@ -54,6 +66,19 @@ BODY_CAP_PAGES: Mapping[str, PageVariant] = MappingProxyType(
         ),
         "json-error": PageVariant("413-json-error.json", 413, "application/json"),
         "json-message": PageVariant("413-json-message.json", 413, "application/json"),
+        "apache": PageVariant("413-apache.html", 413, "text/html; charset=iso-8859-1", APACHE_SERVER),
+        "haproxy": PageVariant(
+            "413-haproxy.html", 413, "text/html", (("cache-control", "no-cache"),), lingers=False
+        ),
+        "squid": PageVariant(
+            "413-squid.html",
+            413,
+            "text/html;charset=utf-8",
+            (*SQUID_HEADERS, ("x-squid-error", "ERR_TOO_BIG 0")),
+            lingers=False,
+        ),
+        # Caddy's request_body max_size: its proxy fails reading the body and answers an empty 502.
+        "caddy": PageVariant("502-caddy.txt", 502, "", (("server", "Caddy"),), lingers=False),
     }
 )
 WAF_PAGES: Mapping[str, PageVariant] = MappingProxyType(
@@ -65,6 +90,8 @@ WAF_PAGES: Mapping[str, PageVariant] = MappingProxyType(
             (("server", "cloudflare"), ("cf-ray", "${ray_id}-" + CLOUDFLARE_COLO)),
         ),
         "akamai": PageVariant("403-akamai.html", 403, "text/html", (("server", "AkamaiGHost"),)),
+        # A hosting provider's custom Mod_Security page (its "Not Acceptable!" ErrorDocument), not the
+        # engine's default: Apache + ModSecurity + CRS answers with Apache's plain 403 ("apache").
         "modsecurity": PageVariant(
             "403-modsecurity.html", 403, "text/html; charset=iso-8859-1", (("server", "Apache"),)
         ),
@@ -75,6 +102,31 @@ WAF_PAGES: Mapping[str, PageVariant] = MappingProxyType(
             "text/html",
             (("server", "CloudFront"), ("x-cache", "Error from cloudfront"), ("x-amz-cf-id", "${cf_id}")),
         ),
+        # The real engines' own 403s: what a rule match and a policy denial (nginx `deny all`, Apache
+        # `Require all denied`, HAProxy `http-request deny`, Squid `http_access deny`) both answer.
+        "apache": PageVariant(
+            "403-apache.html", 403, "text/html; charset=iso-8859-1", APACHE_SERVER, closes=False
+        ),
+        "nginx": PageVariant("403-nginx.html", 403, "text/html", (("server", "nginx"),), closes=False),
+        "haproxy": PageVariant(
+            "403-haproxy.html",
+            403,
+            "text/html",
+            (("cache-control", "no-cache"),),
+            lingers=False,
+            closes=False,
+        ),
+        "squid": PageVariant(
+            "403-squid.html",
+            403,
+            "text/html;charset=utf-8",
+            (*SQUID_HEADERS, ("x-squid-error", "ERR_ACCESS_DENIED 0")),
+            lingers=False,
+            closes=False,
+        ),
+        # nginx + libmodsecurity3: a JSON body over SecRequestBodyNoFilesLimit fails to parse (rule
+        # 200002, after the whole body is read), answered with nginx's 400 page.
+        "nginx-modsecurity": PageVariant("400-nginx.html", 400, "text/html", (("server", "nginx"),)),
     }
 )
 # The corporate incident: a proxy's HTML 403 in front of the Bedrock JSON API.
@@ -103,6 +155,15 @@ UPSTREAM_ERROR_PAGES: Mapping[str, PageVariant] = MappingProxyType(
         "envoy": PageVariant("503-envoy.txt", 503, "text/plain", (("server", "envoy"),)),
         "nginx": PageVariant("502-nginx.html", 502, "text/html", (("server", "nginx"),)),
         "aws-alb": PageVariant("502-aws-alb.html", 502, "text/html", (("server", "awselb/2.0"),)),
+        "apache": PageVariant("502-apache.html", 502, "text/html; charset=iso-8859-1", APACHE_SERVER),
+        "apache-503": PageVariant("503-apache.html", 503, "text/html; charset=iso-8859-1", APACHE_SERVER),
+        "haproxy": PageVariant("503-haproxy.html", 503, "text/html", (("cache-control", "no-cache"),)),
+        "squid": PageVariant(
+            "502-squid.html",
+            502,
+            "text/html;charset=utf-8",
+            (*SQUID_HEADERS, ("x-squid-error", "ERR_READ_ERROR 104")),
+        ),
     }
 )
 

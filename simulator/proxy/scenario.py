@@ -29,6 +29,9 @@ summarizer behaves, what workload to replay and what outcome to expect::
     [policy]                      # ctxrecover Policy overrides (validated by Policy.replace)
     context_window = 8000
 
+    engine = "nginx"              # the real program these faults imitate (ctxsim run --engines real);
+                                  # or [engine] with name = "…" and knobs (body_cap = "128KB", …)
+
     [expect]                      # simulator.proxy.expectation documents every field
     outcome = "recovered"         # see OUTCOMES
     failure_kind = "waf_rejection"
@@ -100,6 +103,7 @@ SCENARIOS_DIR = data_dir("scenarios")  # the checkout's fixtures/scenarios, or t
 SCENARIO_SUFFIXES: tuple[str, ...] = (".toml", ".json")
 TOP_LEVEL_KEYS: tuple[str, ...] = (
     "description",
+    "engine",
     "expect",
     "fault",
     "name",
@@ -200,6 +204,8 @@ class Scenario:
     policy: tuple[tuple[str, Any], ...] = ()
     seed: int = 0
     source: Path | None = None
+    engine: str | None = None
+    engine_knobs: tuple[tuple[str, Any], ...] = ()
 
     def policy_overrides(self) -> dict[str, Any]:
         """The ``[policy]`` overrides as keyword arguments for ``Policy.replace``."""
@@ -309,6 +315,28 @@ def _policy(reader: _Reader, document: Mapping[str, Any]) -> tuple[tuple[str, An
     return tuple(sorted(overrides.items()))
 
 
+ENGINE_SIZE_KNOBS = frozenset({"body_cap", "header_cap", "request_body_limit"})
+
+
+def _engine(reader: _Reader, value: object) -> tuple[str | None, tuple[tuple[str, Any], ...]]:
+    """``engine = "NAME"``, or an ``[engine]`` table with ``name`` and the engine's knobs (sizes parsed);
+    the name and knobs are checked against the engines when a replay starts one."""
+    if value is None:
+        return None, ()
+    table = {"name": value} if isinstance(value, str) else value
+    if not isinstance(table, dict) or not isinstance(table.get("name"), str) or not table["name"]:
+        raise reader.fail(f'engine must be a name such as "nginx" or a table with name = "…", got {value!r}')
+    knobs: dict[str, Any] = {}
+    for key, knob in table.items():
+        if key == "name":
+            continue
+        try:
+            knobs[key] = parse_size(key, knob) if key in ENGINE_SIZE_KNOBS else knob
+        except FieldProblem as exc:
+            raise reader.fail(f"[engine] {exc}") from None
+    return table["name"], tuple(sorted(knobs.items()))
+
+
 def scenario_from_document(document: Mapping[str, Any], *, name: str, source: Path | None = None) -> Scenario:
     """Validate a parsed scenario document (the TOML/JSON mapping) into a :class:`Scenario`."""
     reader = _Reader(str(source) if source is not None else f"scenario {name!r}")
@@ -336,7 +364,10 @@ def scenario_from_document(document: Mapping[str, Any], *, name: str, source: Pa
         reader.positive("workload", key, workload.get(key))
     if "plant_turn" in workload and not workload.get("plant_text"):
         raise reader.fail("[workload] plant_turn needs plant_text, the text to plant")
+    engine, engine_knobs = _engine(reader, document.get("engine"))
     return Scenario(
+        engine=engine,
+        engine_knobs=engine_knobs,
         name=str(document.get("name") or name),
         description=description.strip(),
         provider=_provider(reader, document),

@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from simulator.proxy.faults import CloseAfterBody, CutStream, Fault, Latency, ResetAfter
+from simulator.proxy.faults import BodyCap, CloseAfterBody, CutStream, Fault, Latency, ResetAfter, render_page
 from simulator.proxy.loopback import LoopbackServer
 from simulator.proxy.middlebox import Middlebox
+from simulator.proxy.pages import BODY_CAP_PAGES
 
 KB = 1024
 DROPPED_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
@@ -94,6 +95,34 @@ def test_an_upstream_that_drops_the_connection_drops_the_client_too(fault: Fault
         assert httpx.get(proxy.base_url + "/after", trust_env=False).status_code == 200
     assert proxy.records[0].outcome in outcomes
     assert proxy.records[0].status is None
+
+
+@pytest.mark.parametrize("page", ["haproxy", "squid", "caddy", "nginx"])
+def test_an_upstream_answering_before_the_body_is_in_is_relayed_not_turned_into_a_reset(page: str) -> None:
+    # The gateway answers a 4 MB body by its Content-Length and closes (HAProxy, Squid, Caddy: at once, so
+    # the proxy still sending meets a reset): the client must get the gateway's page, every time.
+    gateway = Middlebox(ok, [BodyCap(limit=128 * KB, response=page)])
+    with LoopbackServer(gateway) as upstream, LoopbackServer(None, upstream=upstream.base_url) as proxy:
+        with httpx.Client(trust_env=False, timeout=30) as client:
+            answers = [
+                client.post(proxy.base_url + "/v1/messages", content=b"x" * 4_000_000) for _ in range(5)
+            ]
+            after = client.post(proxy.base_url + "/v1/messages", content=b"x" * KB)
+    expected = render_page(BODY_CAP_PAGES[page], {"host": "127.0.0.1", "path": "/v1/messages"})
+    assert [a.status_code for a in answers] == [expected.status] * 5
+    assert {a.content for a in answers} == {expected.body}
+    assert after.status_code == 200  # a new upstream connection for the next request
+    assert [r.outcome for r in proxy.records] == ["forwarded"] * 6
+    if not BODY_CAP_PAGES[page].lingers:  # nginx drains the body: the proxy may finish sending first
+        assert proxy.records[0].detail == "the upstream answered before the whole body was sent"
+
+
+def test_a_reset_before_any_answer_is_still_a_reset() -> None:
+    gateway = Middlebox(ok, [ResetAfter(n_bytes=64 * KB)])
+    with LoopbackServer(gateway) as upstream, LoopbackServer(None, upstream=upstream.base_url) as proxy:
+        with pytest.raises(DROPPED_CONNECTION):
+            httpx.post(proxy.base_url + "/v1/messages", content=b"x" * 4_000_000, trust_env=False)
+    assert proxy.records[0].outcome in {"upstream-reset", "upstream-closed"}
 
 
 class SlowStreamingUpstream:

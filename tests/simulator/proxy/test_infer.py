@@ -212,3 +212,42 @@ def test_a_bad_record_file_is_named_with_its_line(tmp_path: Path, text: str, mes
     path.write_text(text, encoding="utf-8")
     with pytest.raises(RecordingError, match=message):
         load_recording(path)
+
+
+@pytest.mark.parametrize("bodies", [False, True], ids=["shapes", "bodies"])
+def test_an_empty_page_is_recorded_as_a_fact(tmp_path: Path, bodies: bool) -> None:
+    empty = StatusPage(status=503, body="", content_type="", min_bytes=150 * KB)
+    gateway = Middlebox(MockProvider("openai-chat", context_window=10_000_000), [empty])
+    plan = [(1, 10 * KB, 0), (2, 100 * KB, 0), (3, 200 * KB, 0), (4, 300 * KB, 0)]
+    seen = record(gateway, tmp_path / "empty.jsonl", plan, bodies=bodies)
+
+    scenario_file, text = infer_to(tmp_path, tmp_path / "empty.jsonl")
+
+    (fault,) = load_scenario(scenario_file).faults
+    assert isinstance(fault, StatusPage) and (fault.status, fault.body, fault.content_type) == (503, "", "")
+    assert "not recorded" not in text
+    assert replay(scenario_file, plan) == seen
+
+
+def test_a_page_of_another_version_or_configuration_is_known_by_its_shape() -> None:
+    # nginx's 413 worded otherwise: another fingerprint; the same status, title, type, server, about the size
+    shape = {"title": "413 Request Entity Too Large", "content_type": "text/html", "server": "nginx/1.27.0"}
+    page = known_page(413, "0" * 16, length=190, **shape)
+    assert page is not None and page.identity == "body-cap/nginx"
+    cloudflare = known_page(413, "0" * 16, length=190, **{**shape, "server": "cloudflare"})
+    assert cloudflare is not None and cloudflare.identity == "body-cap/cloudflare"
+    assert known_page(413, "0" * 16, length=900, **shape) is None
+    assert known_page(413, "0" * 16, length=190, **{**shape, "title": "Something else"}) is None
+
+
+def test_an_inferred_size_cap_comes_with_a_workload_that_reaches_it(tmp_path: Path) -> None:
+    gateway = Middlebox(MockProvider("openai-chat", context_window=10_000_000), [BodyCap(limit=128 * KB)])
+    record(gateway, tmp_path / "cap.jsonl", [(1, 10 * KB, 0), (2, 100 * KB, 0), (3, 200 * KB, 0)])
+
+    scenario_file, _ = infer_to(tmp_path, tmp_path / "cap.jsonl")
+
+    scenario = load_scenario(scenario_file)
+    (cap,) = scenario.faults
+    assert isinstance(cap, BodyCap)
+    assert (scenario.workload.transcript, scenario.workload.history_bytes) == ("generated", 2 * cap.limit)
+    assert (scenario.expect.outcome, scenario.expect.failure_kind) == ("recovered", "payload_too_large")

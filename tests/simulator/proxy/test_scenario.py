@@ -287,14 +287,16 @@ ERRORS: list[tuple[str, str, str]] = [
     (
         "unknown-kind",
         VALID.replace('kind = "waf-403-html"', 'kind = "waf"'),
-        "{file}: fault #1: unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+        "{file}: fault #1: unknown fault kind 'waf'; valid kinds: anomaly-waf, bandwidth, "
+        "bedrock-html-403, body-cap, "
         "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
         "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html",
     ),
     (
         "missing-kind",
         VALID.replace('kind = "waf-403-html"\n', ""),
-        "{file}: fault #1: kind is missing; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+        "{file}: fault #1: kind is missing; valid kinds: anomaly-waf, bandwidth, "
+        "bedrock-html-403, body-cap, "
         "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
         "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html",
     ),
@@ -324,7 +326,8 @@ ERRORS: list[tuple[str, str, str]] = [
     (
         "bad-page",
         VALID.replace('"akamai"', '"imperva"'),
-        "{file}: fault #1 (waf-403-html): page must be one of akamai, aws-waf, cloudflare, f5, modsecurity, "
+        "{file}: fault #1 (waf-403-html): page must be one of akamai, apache, aws-waf, cloudflare, f5, "
+        "haproxy, modsecurity, nginx, nginx-modsecurity, squid, "
         "got 'imperva'",
     ),
     (
@@ -335,8 +338,8 @@ ERRORS: list[tuple[str, str, str]] = [
     (
         "unknown-top-key",
         'providr = "x"\n' + VALID,
-        "{file}: unknown top-level key 'providr'; valid keys: description, expect, fault, name, policy, "
-        "provider, seed, summarizer, workload",
+        "{file}: unknown top-level key 'providr'; valid keys: description, engine, expect, fault, name, "
+        "policy, provider, seed, summarizer, workload",
     ),
     (
         "unknown-section-key",
@@ -484,7 +487,8 @@ def test_parse_fault_spec(spec: str, fault: Fault) -> None:
 SPEC_ERRORS = [
     (
         "waf",
-        "fault spec 'waf': unknown fault kind 'waf'; valid kinds: bandwidth, bedrock-html-403, body-cap, "
+        "fault spec 'waf': unknown fault kind 'waf'; valid kinds: anomaly-waf, bandwidth, "
+        "bedrock-html-403, body-cap, "
         "close-after-body, content-match, cut-stream, header-cap, idle-timeout, latency, rate-limit-429, "
         "reset-after, slow-close, status-page, timeout, upstream-error, waf-403-html (form "
         "KIND[:VALUE...][:key=value...], e.g. "
@@ -507,8 +511,8 @@ SPEC_ERRORS = [
     ),
     (
         "body-cap:1MB:iis",
-        "fault spec 'body-cap:1MB:iis' (body-cap): response must be one of aws-alb, "
-        "cloudflare, envoy, json-error, json-message, nginx, got 'iis'",
+        "fault spec 'body-cap:1MB:iis' (body-cap): response must be one of apache, aws-alb, caddy, "
+        "cloudflare, envoy, haproxy, json-error, json-message, nginx, squid, got 'iis'",
     ),
     (
         "header-cap:8KB:16KB",

@@ -1,0 +1,100 @@
+"""The real-engine tier: a scenario that names an engine replays through the real program."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.cli.app import main
+from simulator.engines import HAProxy, engine_class
+from simulator.engines.tier import engine_for, knobs_from_faults
+from simulator.proxy.scenario import ScenarioError, load_scenario
+from simulator.replay import replay
+
+SCENARIO = """\
+description = "A gateway whose cap only the real engine has: the scenario's faults are none."
+{engine}
+
+[provider]
+format = "openai-chat"
+context_window = 1000000
+
+[policy]
+context_window = 1000000
+
+[workload]
+transcript = "generated"
+history_bytes = "300KB"
+
+[expect]
+outcome = "recovered"
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "knobs"),
+    [
+        ("nginx", {"body_cap": 131072}),
+        ("haproxy", {"body_cap": 131072}),
+        ("squid", {"body_cap": 131072}),
+        ("caddy", {"body_cap": 128000}),
+        ("apache-modsecurity", {"body_cap": 131072, "crs_paranoia": 2, "inbound_threshold": 10}),
+        ("nginx-modsecurity", {"crs_paranoia": 3, "inbound_threshold": 7}),
+        ("apache", {"deny": ("/",)}),
+    ],
+)
+def test_the_knobs_derived_from_an_engines_imitation_are_its_knobs(
+    name: str, knobs: dict[str, object]
+) -> None:
+    engine = engine_class(name)(upstream="http://127.0.0.1:9", **knobs)  # type: ignore[arg-type]
+    derived = knobs_from_faults(name, engine.imitation())
+    assert {k: v for k, v in derived.items() if k in knobs} == knobs
+
+
+def test_an_engine_table_gives_knobs_and_a_bad_one_names_the_file(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text(
+        SCENARIO.format(engine='[engine]\nname = "haproxy"\nbody_cap = "128KB"'), encoding="utf-8"
+    )
+    scenario = load_scenario(good)
+    assert (scenario.engine, scenario.engine_knobs) == ("haproxy", (("body_cap", 131072),))
+    assert engine_for(scenario, "http://127.0.0.1:9").body_cap == 131072
+    bad = tmp_path / "bad.toml"
+    bad.write_text(SCENARIO.format(engine="engine = 5"), encoding="utf-8")
+    with pytest.raises(ScenarioError, match=r"bad.toml: engine must be a name such as \"nginx\""):
+        load_scenario(bad)
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text(SCENARIO.format(engine='engine = "iis"'), encoding="utf-8")
+    with pytest.raises(ScenarioError, match=r"unknown.toml: engine: unknown engine 'iis'; engines: nginx, "):
+        engine_for(load_scenario(unknown), "http://127.0.0.1:9")
+
+
+def test_run_with_real_engines_names_the_packages_of_a_missing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(HAProxy, "program", "ctxsim-no-such-program")
+    path = tmp_path / "haproxy.toml"
+    path.write_text(SCENARIO.format(engine='engine = "haproxy"'), encoding="utf-8")
+    assert main(["run", "--scenarios", str(path), "--engines", "real", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (
+        "ctxsim: error: haproxy is not available (ctxsim-no-such-program is not on PATH); "
+        "install it with: apt-get install haproxy\n"
+    )
+
+
+@pytest.mark.slow
+def test_a_scenario_naming_an_engine_replays_through_the_real_program(
+    tmp_path: Path, require_engine: object
+) -> None:
+    require_engine("haproxy")  # type: ignore[operator]
+    path = tmp_path / "haproxy.toml"
+    path.write_text(
+        SCENARIO.format(engine='[engine]\nname = "haproxy"\nbody_cap = "128KB"'), encoding="utf-8"
+    )
+    mock = replay(None, path)
+    real = replay(None, path, engines="real")
+    assert (mock.outcome, mock.failure_kinds) == ("ok", [])  # no fault: only the real engine has the cap
+    assert real.outcome == "recovered" and real.failure_kinds[0] == "payload_too_large"
+    assert real.learned_cap is not None and real.learned_cap <= 131072
+    assert real.chars_lost == 0
