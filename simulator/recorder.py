@@ -20,6 +20,10 @@ Conventions (see :data:`simulator.research.metrics.OUTCOMES`):
 - ``identical_retry`` is true when the body repeats one already rejected on this turn, compared
   with recall keys normalised (:func:`ctxrecover.recovery.body_key`): a resend that differs
   only by fresh ``<<ccr:…>>`` keys is the same request;
+- a block experiment (a request the session sends to tell size, content and policy apart, SPEC §12;
+  ``ChatRequest.purpose == "experiment"``) is an attempt of its own: ``experiment:passed``, or
+  ``experiment:blocked`` — a rejected request of its episode, announced like any refusal, ``failed``
+  when the turn gives up right after it;
 - a content block the replay answers by setting the refused message aside
   (:meth:`Recorder.content_block`) leaves the rejection pending as ``rejected:<kind>``, and the
   compaction a misreading of it did (undone by the session) is not counted as a recovery.
@@ -40,7 +44,7 @@ from ctxrecover.errors import ContentBlockedError, PayloadFloorError, RecoveryEr
 from ctxrecover.events import Event, Notice, PostCompact, PreCompact, SessionStats, StatusEvent
 from ctxrecover.messages import Message
 from ctxrecover.passes.history_index import SizedHistory
-from ctxrecover.recovery import body_key
+from ctxrecover.recovery import CONTENT_WITHHELD_CODE, body_key
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
 from ctxrecover.transport import ChatRequest, ChatResponse, HttpxSender, SendFailed
@@ -49,7 +53,7 @@ from simulator.proxy.faults import BodyCap, HeaderCap, RateLimit429, ResetAfter
 from simulator.proxy.scenario import Scenario
 from simulator.research.ledger import Losses, LossLedger
 from simulator.research.levels import STATUS_STEPS
-from simulator.research.metrics import AttemptRecord
+from simulator.research.metrics import EXPERIMENT_BLOCKED, EXPERIMENT_PASSED, AttemptRecord
 
 __all__ = [
     "ContentBlock",
@@ -169,6 +173,7 @@ class Pending:
     """A rejected attempt whose outcome (retried or terminal) is not known yet."""
 
     fields: dict[str, Any]
+    outcome: str  # what it reads as once another attempt follows
     notices: list[str] = field(default_factory=list)
 
 
@@ -198,6 +203,7 @@ class Recorder:
         self.turn = 0
         self.attempt = 0
         self.pending: Pending | None = None
+        self.experiment = False  # the attempt being sent is a block experiment
         self.in_failure = False
         self.notices: list[str] = []
         self.level: int | None = None  # planned compaction's deepest step since the last send
@@ -209,6 +215,7 @@ class Recorder:
         self.rejected_keys: set[str] = set()  # body keys rejected on this turn
         self.turn_cap: int | None = None
         self.content_blocks: list[ContentBlock] = []
+        self.withheld = 0  # parts the session withheld as refused content (its notices)
         self.failed_attempts = 0  # requests the turn that ended the replay had sent
         self.lost = 0
         self.ledger = LossLedger(archive, track_writes=True)
@@ -257,6 +264,7 @@ class Recorder:
         failure_phase = self.in_failure and self.pending is not None
         self.emit(event, self.attempt if failure_phase else self.attempt + 1)
         if isinstance(event, Notice):
+            self.withheld += event.code == CONTENT_WITHHELD_CODE
             (self.pending.notices if failure_phase and self.pending else self.notices).append(event.text)
         elif isinstance(event, PreCompact):
             if event.trigger == RECOVERY:
@@ -282,8 +290,9 @@ class Recorder:
     def before_send(self, request: ChatRequest) -> None:
         assert self.session is not None
         if self.pending is not None:
-            self._finish_pending(f"rejected:{self.pending.fields['failure_kind']}")
+            self._finish_pending(self.pending.outcome)
         self.in_failure = False
+        self.experiment = request.purpose == "experiment"
         self.attempt += 1
         if self.level is not None:
             self.ledger.observe(self.session.history)
@@ -343,6 +352,9 @@ class Recorder:
         if len(calls) > self.calls_before and calls[-1].usage is not None:
             fields["provider_cost_usd"] = self.provider.cost(calls[-1].usage)
         fields["identical_retry"] = False
+        if self.experiment:
+            self._record(fields, [], EXPERIMENT_PASSED)
+            return
         if response.truncated:
             outcome, fields["failure_kind"] = "truncated", "output_truncated"
         elif self.recoveries:
@@ -362,9 +374,10 @@ class Recorder:
             error, request_bytes=error.request_bytes, history_chars=total_weight(self.session.history)
         )
         fields["failure_kind"] = failure.kind.value
-        self.pending = Pending(fields)
+        outcome = EXPERIMENT_BLOCKED if self.experiment else f"rejected:{failure.kind.value}"
+        self.pending = Pending(fields, outcome)
         self.in_failure = True
-        self.emit(Rejection(self._build(fields, [], f"rejected:{failure.kind.value}")), self.attempt)
+        self.emit(Rejection(self._build(fields, [], outcome)), self.attempt)
 
     def _finish_pending(self, outcome: str, extra_notice: str | None = None) -> None:
         assert self.pending is not None
@@ -396,7 +409,9 @@ class Recorder:
         if self.pending is None:
             return []
         earlier = [
-            r.to_row() for r in self.records if r.turn == self.turn and r.outcome.startswith("rejected:")
+            r.to_row()
+            for r in self.records
+            if r.turn == self.turn and (r.outcome.startswith("rejected:") or r.outcome == EXPERIMENT_BLOCKED)
         ]
         return [*earlier, self.pending.fields]
 

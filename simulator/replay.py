@@ -43,7 +43,15 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ctxrecover.archive import MemoryArchive
-from ctxrecover.errors import ContentBlockedError, PayloadFloorError, RecoveryError, RecoveryExhausted
+from ctxrecover.errors import (
+    ContentBlockedError,
+    ContentFloorError,
+    ContentRefusedError,
+    PayloadFloorError,
+    PolicyBlockedError,
+    RecoveryError,
+    RecoveryExhausted,
+)
 from ctxrecover.events import EventBus, SessionStats, StatusEvent
 from ctxrecover.messages import Message
 from ctxrecover.policy import DEFAULT_POLICY, Policy
@@ -101,7 +109,8 @@ class ReplayResult:
     payload cap at the end (None when it never learned one); ``summarizer_calls``
     what each call of the mock summarizer did
     (:data:`simulator.summarizers.CALL_OUTCOMES`). ``content_blocks`` are the content
-    blocks the replay met and answered by setting the refused message aside.
+    blocks the replay met and answered by setting the refused message aside; ``withheld`` the parts
+    the session itself withheld as content the gateway refused (SPEC §12).
     """
 
     run_id: str
@@ -129,6 +138,7 @@ class ReplayResult:
     divergences: int = 0
     error: str | None = None
     content_blocks: tuple[ContentBlock, ...] = ()
+    withheld: int = 0
 
     @cached_property
     def frame(self) -> pd.DataFrame:
@@ -199,16 +209,29 @@ def _same_reply(recorded: Message, produced: Message) -> bool:
     return recorded.content == produced.content and calls(recorded) == calls(produced)
 
 
+#: The errors a block's experiments end a run with (SPEC §12), and the run outcome each reads as.
+ERROR_OUTCOMES: tuple[tuple[type[RecoveryError], str], ...] = (
+    (PolicyBlockedError, "policy_blocked"),
+    (ContentFloorError, "content_floor"),
+    (ContentRefusedError, "content_refused"),
+)
+
+
 def _run_outcome(
     records: Sequence[AttemptRecord], stats: SessionStats, error: RecoveryError | None, recorder: Recorder
 ) -> str:
     if isinstance(error, PayloadFloorError):
         return "fail_fast_floor"
+    for kind, outcome in ERROR_OUTCOMES:
+        if isinstance(error, kind):
+            return outcome
     if error is not None:
         spent = recorder.failed_attempts > 1
         return "failed" if spent or isinstance(error, RecoveryExhausted) else "no_compaction"
     if any(r.outcome.startswith("recovered@") for r in records):
         return "recovered"
+    if recorder.withheld:
+        return "content_withheld"
     if recorder.content_blocks:
         return "content_blocked"
     if stats.escalations:
@@ -395,6 +418,7 @@ def replay(
         divergences=divergences,
         error=None if error is None else str(error),
         content_blocks=tuple(recorder.content_blocks),
+        withheld=recorder.withheld,
     )
 
 
@@ -471,6 +495,7 @@ def observed(result: ReplayResult) -> Observed:
         learned_cap=result.learned_cap,
         summarizer_calls=result.summarizer_calls,
         content_blocks=tuple((block.cap_before, block.cap_after) for block in result.content_blocks),
+        withheld=result.withheld,
         final_max_tokens=result.records[-1].max_tokens if result.records else None,
         requests_over_cap=sum(
             r.learned_cap is not None and r.request_bytes > r.learned_cap for r in result.records

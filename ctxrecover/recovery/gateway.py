@@ -6,7 +6,9 @@ it rejected; every decision reads it:
 
 - a rejection larger than every accepted request is **size-consistent**: it bounds
   the body cap from above, and the cap strategy (``Policy.cap_strategy``) picks the
-  learned cap inside the interval ``[largest accepted, smallest rejected)``;
+  learned cap inside the interval ``[largest accepted, smallest rejected)`` — at once
+  for a 413-family answer, after an experiment for a block page (SPEC §12: it may be
+  content or policy; :meth:`GatewayModel.size_rejected` records the size reading);
 - a rejection at or below an accepted size is a **content/policy block**: no cap,
   no compaction;
 - an HTTP 431 is a **header fault**: no body cap at all;
@@ -20,11 +22,14 @@ or a replay recording it — can keep, compare and persist every state
 
 >>> from ctxrecover.classify import FailureKind
 >>> model = GatewayModel().accepted(90_000, policy=Policy())
->>> waf = Failure(FailureKind.WAF_REJECTION, status=403)
->>> judged = model.judge(waf, request_bytes=130_000, policy=Policy())
+>>> too_large = Failure(FailureKind.PAYLOAD_TOO_LARGE, status=413)
+>>> judged = model.judge(too_large, request_bytes=130_000, policy=Policy())
 >>> judged.verdict, judged.model.learned_cap          # max(90 000, ¾ × 130 000)
 (<Verdict.SIZE_LIMIT: 'size_limit'>, 97500)
->>> judged.model.judge(waf, request_bytes=80_000, policy=Policy()).verdict
+>>> waf = Failure(FailureKind.WAF_REJECTION, status=403)
+>>> model.judge(waf, request_bytes=130_000, policy=Policy()).verdict   # size, content or policy?
+<Verdict.BLOCK: 'block'>
+>>> model.judge(waf, request_bytes=80_000, policy=Policy()).verdict
 <Verdict.CONTENT_BLOCK: 'content_block'>
 """
 
@@ -355,7 +360,8 @@ class GatewayModel:
         return model._retarget(policy)
 
     def reading(self, signature: str) -> str | None:
-        """What this gateway's blocks of ``signature`` turned out to be: ``"size"``, ``"content"`` or None."""
+        """What this gateway's blocks of ``signature`` turned out to be: ``"size"``, ``"content"``,
+        ``"policy"`` or None."""
         return next((reading for sig, reading in self.block_readings if sig == signature), None)
 
     def read_block(self, signature: str, reading: str) -> GatewayModel:
@@ -370,14 +376,17 @@ class GatewayModel:
         fresh = tuple(k for k in dict.fromkeys(keys) if k not in self.withheld)
         return dataclasses.replace(self, withheld=(*self.withheld, *fresh)) if fresh else self
 
-    def retract_to(self, earlier: GatewayModel) -> GatewayModel:
+    def retract_to(self, earlier: GatewayModel, *, refusals: bool = False) -> GatewayModel:
         """This model with ``earlier``'s size evidence, learned cap and payload-notice flag.
 
         For a content block that proves the size "evidence" since ``earlier`` was the same
-        rule firing on content; counters, accepted sizes and refused bodies are kept.
+        rule firing on content; counters, accepted sizes and refused bodies are kept. With
+        ``refusals`` (a policy block: the route refused them, not their content) the bodies
+        refused since ``earlier`` are forgotten too, so they may be sent once the route is open.
         """
         return dataclasses.replace(
             self,
+            refused=earlier.refused if refusals else self.refused,
             rejections=earlier.rejections,
             suspects=earlier.suspects,
             learned_cap=earlier.learned_cap,

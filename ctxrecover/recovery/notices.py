@@ -14,6 +14,8 @@ __all__ = [
     "ASSUMED_CAP_NOTICE",
     "CAP_LIFTED_NOTICE",
     "BLOCK_BUDGET_NOTICE",
+    "BLOCK_NOT_REPRODUCED_CODE",
+    "BLOCK_NOT_REPRODUCED_NOTICE",
     "CONTENT_BLOCK_CODE",
     "CONTENT_BLOCK_NOTICE",
     "CONTENT_FLOOR_CODE",
@@ -123,6 +125,11 @@ BLOCK_BUDGET_NOTICE = (
     "CHATCLI_MAX_BLOCKED_REQUESTS): the refused content is among %s — set it aside, or ask your security "
     "team which rule matched"
 )
+#: A block the experiments could not reproduce (status, size): the content passed when tested again.
+BLOCK_NOT_REPRODUCED_NOTICE = (
+    "⚠ The gateway's block (%s at %s) did not reproduce: the same content passed in a test request — "
+    "nothing withheld, the request is sent again"
+)
 #: SPEC §12: the provider itself refused the content (its reason, as ``wire path = value``).
 CONTENT_REFUSED_NOTICE = (
     "✖ The provider refused this request's content (%s): nothing was compacted or retried — rephrase it, "
@@ -184,6 +191,7 @@ FLOOR_WARNING_CODE = "payload_floor_warning"
 PREFLIGHT_CODE = "preflight"
 UNCAPPED_HISTORY_CODE = "uncapped_history"
 CONTENT_BLOCK_CODE = "content_block"
+BLOCK_NOT_REPRODUCED_CODE = "block_not_reproduced"
 CONTENT_WITHHELD_CODE = "content_withheld"
 CONTENT_REFUSED_CODE = "content_refused"
 POLICY_BLOCK_CODE = "policy_block"

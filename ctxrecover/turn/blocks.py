@@ -15,7 +15,8 @@ cheapest request that tells the remaining hypotheses apart:
    to be size before (:meth:`~ctxrecover.recovery.GatewayModel.reading`) is taken for size at once.
 3. **Content**: :func:`find_and_withhold` searches the refused request's parts — those new since
    the last accepted request, then the library's own text, then the rest — withholding a whole
-   tier first (a request that passes tells the culprit is in it), then narrowing it with delta
+   tier first (a request that passes tells the culprit is in it; when the first is refused, a one-word
+   request asks whether the route itself is refused now), then narrowing it with delta
    debugging (:func:`~ctxrecover.recovery.culprit.ddmin`): about 1 + ⌈log2 n⌉ blocked requests
    for one culprit among n parts. The culprit set is withheld in the history (archived, replaced
    by the SPEC §12 stub, one notice each) and never resent through this gateway
@@ -40,6 +41,8 @@ from ctxrecover.passes.truncate import leading_system_count
 from ctxrecover.passes.withhold import Part, part_keys, part_label, parts_of, withhold
 from ctxrecover.recovery import (
     BLOCK_BUDGET_NOTICE,
+    BLOCK_NOT_REPRODUCED_CODE,
+    BLOCK_NOT_REPRODUCED_NOTICE,
     CONTENT_BLOCK_CODE,
     CONTENT_FLOOR_CODE,
     CONTENT_FLOOR_NOTICE,
@@ -105,8 +108,9 @@ class BlockSearch:
 
 
 def probe_route(search: BlockSearch) -> Flow[None]:
-    """The gateway's first request was blocked: a one-word request carrying no conversation content.
-    Refused too → the route itself is refused (:class:`PolicyBlockedError`)."""
+    """A one-word request carrying no conversation content (the gateway's first request was blocked, or
+    a request without its new parts). Refused too → the route itself is refused
+    (:class:`PolicyBlockedError`)."""
     if (yield from _test(search, _experiment(search.conv, (Message.user(MINIMAL_PROMPT),), tools=None))):
         _raise_policy(search)
 
@@ -143,7 +147,8 @@ def raise_floor(search: BlockSearch) -> Flow[None]:
 
 def _raise_policy(search: BlockSearch) -> None:
     conv = search.conv
-    conv.gateway = conv.gateway.replace(policy_blocks=conv.gateway.policy_blocks + 1)
+    gateway = conv.gateway.read_block(search.signature, "policy")
+    conv.gateway = gateway.replace(policy_blocks=gateway.policy_blocks + 1)
     message = POLICY_BLOCK_NOTICE % (search.status, format_payload_size(search.size))
     conv.events.notice(POLICY_BLOCK_CODE, message)
     raise PolicyBlockedError(
@@ -198,7 +203,9 @@ def find_and_withhold(
     search: BlockSearch, request: ChatRequest, *, scope: Sequence[Part] | None = None
 ) -> Flow[ChatRequest]:
     """Find what the gateway refused in ``request`` and withhold it in the history; return the request
-    without it. ``scope`` is a set of parts already shown to hold the culprit (else the tiers are tried)."""
+    without it. ``scope`` is a set of parts already shown to hold the culprit (else the tiers are tried).
+    A block no test reproduces (every narrowing test passed, and so did the culprit set alone) withholds
+    nothing: ``request`` is returned as it is, with a notice."""
     conv = search.conv
     positions = _history_positions(conv.history, request.messages)
     candidates = parts_of(request.messages, positions)
@@ -210,40 +217,64 @@ def find_and_withhold(
             is_ours=lambda p: _is_ours(conv.history[positions[p.index]], request.messages[p.index]),
         )
         widened: list[Part] = []
-        for tier in ordered:
+        for depth, tier in enumerate(ordered):
             widened += tier
             if search.spent:
                 _raise_budget(search, request, widened)
             if not (yield from _test(search, _without(conv, request, widened))):
                 scope = widened
                 break
+            if depth == 0 and len(ordered) > 1:
+                yield from probe_route(search)  # refused without its new parts: is it the route itself?
         if scope is None:
             yield from _floor_or_policy(search)
     culprit = yield from _narrow(search, request, list(scope or ()))
+    if culprit is None:
+        message = BLOCK_NOT_REPRODUCED_NOTICE % (search.status, format_payload_size(search.size))
+        conv.events.notice(BLOCK_NOT_REPRODUCED_CODE, message)
+        return request
     conv.gateway = conv.gateway.read_block(search.signature, "content")
     return _withhold_in_history(search, request, culprit, positions)
 
 
-def _narrow(search: BlockSearch, request: ChatRequest, scope: list[Part]) -> Flow[tuple[Part, ...]]:
-    """A 1-minimal blocking set in ``scope`` (everything outside it present), within the budget."""
+def _narrow(search: BlockSearch, request: ChatRequest, scope: list[Part]) -> Flow[tuple[Part, ...] | None]:
+    """A 1-minimal blocking set in ``scope`` (everything outside it present), within the budget; None
+    when no test blocked and the set found, tested alone, passes: the block did not reproduce."""
     if len(scope) <= 1:
         return tuple(scope)
     narrowing = ddmin(scope)
     present = next(narrowing)
     smallest: tuple[Part, ...] = tuple(scope)
+    reproduced = tested = 0
     while True:
+        if not reproduced and tested == 2 and not (yield from _reproduces(search, request, scope, scope)):
+            return None  # both halves passed: before narrowing further, the whole must still block
         if search.spent:
             _raise_budget(search, request, smallest)
         refused = yield from _test(
             search, _without(search.conv, request, [p for p in scope if p not in present])
         )
+        tested += 1
+        reproduced += refused
         if refused and len(present) < len(smallest):
             smallest = tuple(p for p in scope if p in present)
         try:
             present = narrowing.send(refused)
         except StopIteration as done:
             found: tuple[Part, ...] = done.value
-            return found
+            break
+    if reproduced or tested > 2 or (yield from _reproduces(search, request, scope, found)):
+        return found
+    return None
+
+
+def _reproduces(
+    search: BlockSearch, request: ChatRequest, scope: list[Part], present: Sequence[Part]
+) -> Flow[bool]:
+    """Only the refused request itself supports ``present`` (no narrowing test blocked): test it again."""
+    if search.spent:
+        _raise_budget(search, request, present)
+    return (yield from _test(search, _without(search.conv, request, [p for p in scope if p not in present])))
 
 
 def _floor_or_policy(search: BlockSearch) -> Flow[None]:

@@ -31,6 +31,7 @@ from ctxrecover.errors import (
     ContentBlockedError,
     ContentRefusedError,
     PayloadFloorError,
+    PolicyBlockedError,
     RecoveryExhausted,
     UnrecoverableFailure,
 )
@@ -316,6 +317,10 @@ def _settle_block(
             conv.gateway = conv.gateway.read_block(judged.signature, "size")
             return None
         return (yield from find_and_withhold(search, request))
+    except PolicyBlockedError:
+        # the route refused even nothing: no cap from it, and the bodies it refused may be sent again later
+        _undo_size_reading(conv, turn, judged.signature, refusals=True)
+        raise
     finally:
         turn.blocked = search.blocked
 
@@ -384,14 +389,10 @@ def _content_block(
     limit, that was the same rule firing on content: its evidence and the
     compaction done for it are undone.
     """
-    model = judged.model
-    before = turn.before_recovery
-    if before is not None and judged.signature in turn.size_signatures:
-        model = model.retract_to(before.gateway)
-        _restore(conv, before)
-        turn.before_recovery, turn.size_signatures = None, set()
+    conv.gateway = judged.model
+    _undo_size_reading(conv, turn, judged.signature)
     size = request_bytes(conv, request)
-    conv.gateway = model.refuse(request_body_key(conv, request), size, Verdict.CONTENT_BLOCK)
+    conv.gateway = conv.gateway.refuse(request_body_key(conv, request), size, Verdict.CONTENT_BLOCK)
     return _content_block_error(conv, turn, judged.failure.rejected_bytes or size, judged.failure)
 
 
@@ -511,6 +512,19 @@ def _floor_error(
     if turn.before_recovery is not None:
         _restore(conv, turn.before_recovery)
     return error
+
+
+def _undo_size_reading(
+    conv: Conversation, turn: TurnAttempts, signature: str, *, refusals: bool = False
+) -> None:
+    """This turn read a rejection of ``signature`` as a size limit, and the same rule now shows it was
+    not (content or policy): its cap evidence and the compaction done for it are undone (with
+    ``refusals``, the bodies refused since then are forgotten too)."""
+    before = turn.before_recovery
+    if before is not None and signature in turn.size_signatures:
+        conv.gateway = conv.gateway.retract_to(before.gateway, refusals=refusals)
+        _restore(conv, before)
+        turn.before_recovery, turn.size_signatures = None, set()
 
 
 def _restore(conv: Conversation, before: BeforeRecovery) -> None:

@@ -13,7 +13,7 @@ from ctxrecover.sizes import format_payload_size
 from simulator.recorder import Rejection, ReplayEvent
 from simulator.replay import ReplayResult, expectation_problems
 from simulator.research.levels import outcome_words, steps_text
-from simulator.research.metrics import RECOVERED_PREFIX, REJECTED_PREFIX, AttemptRecord
+from simulator.research.metrics import EXPERIMENT_BLOCKED, RECOVERED_PREFIX, REJECTED_PREFIX, AttemptRecord
 from simulator.research.report import archived_by_source, failure_counts
 
 __all__ = [
@@ -95,7 +95,9 @@ def event_line(event: ReplayEvent) -> str | None:
     ``fail_fast_floor``), not when another attempt followed.
     """
     item = event.item
-    if isinstance(item, AttemptRecord) and item.outcome.startswith(REJECTED_PREFIX):
+    if isinstance(item, AttemptRecord) and (
+        item.outcome.startswith(REJECTED_PREFIX) or item.outcome == EXPERIMENT_BLOCKED
+    ):
         return None
     if isinstance(item, Rejection):
         text = attempt_line(item.record)

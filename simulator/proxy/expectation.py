@@ -23,8 +23,11 @@ field                  the replay must show
                        where ``%s`` stands for any text, ``%d`` for an integer, ``%.1f`` for a number
                        and ``%%`` for ``%`` — so a prefix is written ``"PREFIX%s"``
 ``floor_warning``      true: the floor warning (``⚠ System prompt alone is …``) was shown
-``content_blocks``     how many content/policy blocks the session met (SPEC §11: a refusal at or below
-                       an accepted size), each of which must leave the learned payload cap as it was
+``content_blocks``     how many content/policy blocks the session raised for the caller to set aside
+                       (SPEC §11: a refusal at or below an accepted size it could not settle itself),
+                       each of which must leave the learned payload cap as it was
+``withheld``           how many parts the session withheld as content the gateway refused (SPEC §12:
+                       one ``content_withheld`` notice each, a re-read of withheld content included)
 ``final_max_tokens``   the ``max_tokens`` of the last request sent (e.g. lowered to a model's output cap)
 ``requests_over_cap``  how many requests were sent above the payload cap the session had learned by then
                        (a cap it cannot keep, e.g. one below its own system prompt): usually 0
@@ -69,7 +72,11 @@ OUTCOMES: tuple[str, ...] = (
     "retried",  # a failure was resolved by a plain retry, without compaction
     "escalated",  # output truncation was handled by max-token escalation
     "max_tokens_lowered",  # a 400 said max_tokens is over the model's cap: lowered, resent, no compaction
+    "content_withheld",  # a block page settled as content (SPEC §12): the culprit withheld, the run went on
     "content_blocked",  # a content/policy block: cap and history kept, the refused message set aside, run on
+    "policy_blocked",  # the gateway refused even a request without conversation content: the route (§12)
+    "content_floor",  # the gateway refused the system prompt or the tool definitions themselves (§12)
+    "content_refused",  # the provider refused the content itself (§12): raised with its reason
     "no_compaction",  # the failure surfaced to the caller and the history was not compacted
     "fail_fast_floor",  # the system prompt alone is over the limit: failed without spending attempts
     "failed",  # every recovery attempt was spent; the error surfaced with the history intact
@@ -79,6 +86,8 @@ FAILURE_KINDS: tuple[str, ...] = (
     "context_overflow",
     "payload_too_large",
     "waf_rejection",
+    "policy_block",
+    "content_refused",
     "suspected_payload",
     "malformed_history",
     "output_truncated",
@@ -104,6 +113,7 @@ EXPECT_FIELDS: Mapping[str, str] = MappingProxyType(
         "notices": "lines the user must see",
         "floor_warning": "whether the floor warning was shown",
         "content_blocks": "content blocks met, each leaving the learned cap as it was",
+        "withheld": "parts withheld as content the gateway refused",
         "final_max_tokens": "the max_tokens of the last request",
         "requests_over_cap": "requests sent above the learned payload cap",
     }
@@ -134,7 +144,8 @@ class Observed:
 
     ``lines`` are the user-visible lines (notices, compaction status lines, the
     error that ended the run); ``summarizer_calls`` what each summarizer call did;
-    ``content_blocks`` the learned cap before and after each content block;
+    ``content_blocks`` the learned cap before and after each content block; ``withheld`` the parts
+    withheld as refused content;
     ``final_max_tokens`` the ``max_tokens`` of the last request; ``requests_over_cap`` the
     requests sent above the payload cap the session had learned when it sent them.
     """
@@ -147,6 +158,7 @@ class Observed:
     summarizer_calls: tuple[str, ...] = ()
     lines: tuple[str, ...] = ()
     content_blocks: tuple[tuple[int | None, int | None], ...] = ()
+    withheld: int = 0
     final_max_tokens: int | None = None
     requests_over_cap: int = 0
 
@@ -164,6 +176,7 @@ class Expectation:
     rejected_requests: tuple[int, ...] | None = None
     cap_learned: bool | None = None
     content_blocks: int | None = None
+    withheld: int | None = None
     final_max_tokens: int | None = None
     requests_over_cap: int | None = None
 
@@ -193,6 +206,8 @@ class Expectation:
             )
         if self.content_blocks is not None:
             problems += self._content_block_problems(seen.content_blocks)
+        if self.withheld is not None and seen.withheld != self.withheld:
+            problems.append(f"{seen.withheld} part(s) withheld, expected {self.withheld}")
         if self.final_max_tokens is not None and seen.final_max_tokens != self.final_max_tokens:
             problems.append(
                 f"last request's max_tokens {seen.final_max_tokens}, expected {self.final_max_tokens}"
@@ -275,6 +290,7 @@ ANNOTATIONS: Mapping[str, str] = MappingProxyType(
         "cap_learned": "bool",
         "floor_warning": "bool",
         "content_blocks": "int",
+        "withheld": "int",
         "final_max_tokens": "int",
         "requests_over_cap": "int",
     }
@@ -300,7 +316,12 @@ def expectation_from_table(table: Mapping[str, Any], where: str) -> Expectation:
             _choice("compaction_level", values["compaction_level"], COMPACTION_LEVELS)
         if "summarizer" in values:
             _choice("summarizer", values["summarizer"], SUMMARIZER_EXPECTATIONS)
-        for name, least in (("content_blocks", 0), ("final_max_tokens", 1), ("requests_over_cap", 0)):
+        for name, least in (
+            ("content_blocks", 0),
+            ("withheld", 0),
+            ("final_max_tokens", 1),
+            ("requests_over_cap", 0),
+        ):
             if name in values and values[name] < least:
                 raise FieldProblem(f"{name} must be an integer >= {least}, got {values[name]}")
     except FieldProblem as exc:

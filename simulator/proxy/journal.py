@@ -70,6 +70,11 @@ OUTCOMES: Mapping[str, str] = MappingProxyType(
 # whatever its version or server_tokens setting, so the version goes before the digit tokens do.
 PRODUCT_VERSION_RE = re.compile(rb"\b([A-Za-z][A-Za-z_-]*)/v?[0-9][A-Za-z0-9_.+~-]*")
 TOKEN_WITH_DIGIT_RE = re.compile(rb"[A-Za-z0-9_.=+/-]*[0-9][A-Za-z0-9_.=+/-]*")
+# an HTTP date (RFC 9110 IMF-fixdate, as Squid and Apache stamp their pages): its day and month names too
+HTTP_DATE_RE = re.compile(
+    rb"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), [0-9]{2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+    rb"[0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT"
+)
 WHITESPACE_RE = re.compile(rb"\s+")
 TITLE_RE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 
@@ -178,8 +183,8 @@ class PendingExchange:
 def page_fingerprint(body: bytes, *, host: str = "", path: str = "") -> str:
     """A hash of a page that ignores what changes per request: ids, numbers, the host and path it names.
 
-    Product versions (``nginx/1.22.1`` reads ``nginx``), tokens holding a digit (Ray IDs,
-    references, dates, sizes, ports) and whitespace runs are normalised, and so are the ``host``
+    Product versions (``nginx/1.22.1`` reads ``nginx``), HTTP dates, tokens holding a digit (Ray
+    IDs, references, dates, sizes, ports) and whitespace runs are normalised, and so are the ``host``
     and ``path`` the page was served for: two renderings of the same gateway page have the same
     fingerprint, whatever the engine's version; different pages almost never do.
     """
@@ -187,7 +192,7 @@ def page_fingerprint(body: bytes, *, host: str = "", path: str = "") -> str:
     for known in (host, path):
         if len(known) >= 3:
             page = page.replace(known.encode(), b"#")
-    page = PRODUCT_VERSION_RE.sub(rb"\1", page)
+    page = PRODUCT_VERSION_RE.sub(rb"\1", HTTP_DATE_RE.sub(b"#", page))
     normalised = WHITESPACE_RE.sub(b" ", TOKEN_WITH_DIGIT_RE.sub(b"#", page)).strip()
     return hashlib.sha256(normalised).hexdigest()[:16]
 

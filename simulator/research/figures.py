@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from simulator.research.levels import compaction_step, recovery_step
 from simulator.research.metrics import (
+    EXPERIMENT_BLOCKED,
     OUTCOME_FAILED,
     OUTCOME_FLOOR,
     OUTCOME_TRUNCATED,
@@ -404,7 +405,11 @@ def is_na(value: object) -> bool:
 
 
 def _is_rejection(outcome: str) -> bool:
-    return outcome.startswith(REJECTED_PREFIX) or outcome in (OUTCOME_FAILED, OUTCOME_FLOOR)
+    return outcome.startswith(REJECTED_PREFIX) or outcome in (
+        OUTCOME_FAILED,
+        OUTCOME_FLOOR,
+        EXPERIMENT_BLOCKED,
+    )
 
 
 def _turn_ticks(ax: Axes, xs: Sequence[int], turns: Sequence[int]) -> None:

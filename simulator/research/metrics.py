@@ -85,6 +85,8 @@ OUTCOME_FLOOR = "fail_fast_floor"
 OUTCOME_TRUNCATED = "truncated"
 REJECTED_PREFIX = "rejected:"
 RECOVERED_PREFIX = "recovered@L"
+EXPERIMENT_PASSED = "experiment:passed"
+EXPERIMENT_BLOCKED = "experiment:blocked"
 OUTCOMES: Mapping[str, str] = MappingProxyType(
     {
         OUTCOME_OK: "accepted; no recovery was needed on this turn",
@@ -93,9 +95,13 @@ OUTCOMES: Mapping[str, str] = MappingProxyType(
         OUTCOME_FAILED: "rejected, and the turn gave up (attempts spent or the kind is unrecoverable)",
         OUTCOME_FLOOR: "rejected, and the floor diagnosis stopped recovery (system prompt too big)",
         OUTCOME_TRUNCATED: "accepted, but the answer was cut at max_tokens (an escalation may follow)",
+        EXPERIMENT_PASSED: "a block experiment (SPEC §12: size, content or policy?) the gateway let through",
+        EXPERIMENT_BLOCKED: "a block experiment the gateway refused: a rejected request of its episode",
     }
 )
-OUTCOME_RE = re.compile(r"ok|failed|fail_fast_floor|truncated|rejected:[a-z_]+|recovered@L[123]")
+OUTCOME_RE = re.compile(
+    r"ok|failed|fail_fast_floor|truncated|rejected:[a-z_]+|recovered@L[123]|experiment:(passed|blocked)"
+)
 TERMINAL_REJECTIONS = frozenset({OUTCOME_FAILED, OUTCOME_FLOOR})
 EPISODE_COLUMNS: Mapping[str, str] = MappingProxyType(
     {
@@ -193,11 +199,18 @@ def records_to_frame(records: Iterable[AttemptRecord]) -> pd.DataFrame:
 
 # -- episodes and summaries -------------------------------------------------------------------
 def _is_rejection(outcome: str) -> bool:
-    return outcome.startswith(REJECTED_PREFIX) or outcome in TERMINAL_REJECTIONS
+    return (
+        outcome.startswith(REJECTED_PREFIX) or outcome in TERMINAL_REJECTIONS or outcome == EXPERIMENT_BLOCKED
+    )
 
 
 def _is_accepted(outcome: str) -> bool:
-    return not _is_rejection(outcome)
+    return not _is_rejection(outcome) and outcome != EXPERIMENT_PASSED
+
+
+def _is_open(outcome: str) -> bool:
+    """An attempt after which its turn's episode goes on: a rejection retried, or an experiment."""
+    return outcome.startswith(REJECTED_PREFIX) or outcome in (EXPERIMENT_PASSED, EXPERIMENT_BLOCKED)
 
 
 def _missing(value: object) -> bool:
@@ -236,7 +249,8 @@ def episodes(frame: pd.DataFrame) -> pd.DataFrame:
 
     An episode opens at a rejected attempt of any kind (``rejected:*``, ``failed``,
     ``fail_fast_floor``: a 413 or a WAF page as much as a reset, a 431, a content block or a
-    max_tokens error) and closes at the next attempt of that turn that is not ``rejected:*``:
+    max_tokens error) and closes at the next attempt of that turn that is neither ``rejected:*`` nor a
+    block experiment (``experiment:*``, whose refusals count as the episode's rejected requests):
     accepted (``recovered``) or ``failed``/``fail_fast_floor`` (not recovered); a run ending
     mid-episode is not recovered. ``wasted_retries`` counts identical payloads resent;
     ``final_level`` is the ``recovered@L`` level, else the highest recovery level seen.
@@ -255,7 +269,7 @@ def episodes(frame: pd.DataFrame) -> pd.DataFrame:
                 continue
             episode = open_episodes[key] = _Episode(run_id, int(turn), _failure_kind(outcome, kind))
         episode.add(outcome, level, identical)
-        if outcome.startswith(REJECTED_PREFIX):
+        if _is_open(outcome):
             continue
         episode.recovered = _is_accepted(outcome)
         closed.append(open_episodes.pop(key))

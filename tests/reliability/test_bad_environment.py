@@ -45,6 +45,7 @@ GARBAGE: dict[str, str] = {
     "CHATCLI_CONTEXT_ENGINE": "ftp://engine.invalid",
     "CHATCLI_SKILL_INJECT_BUDGET": "true",
     "CHATCLI_SKILL_AGE_TURNS": "-",
+    "CHATCLI_MAX_BLOCKED_REQUESTS": "six",
 }
 CAP = 32 * 1024
 TURNS = 5

@@ -21,7 +21,7 @@ from simulator.providers.mock import MockProvider
 from simulator.proxy.fault_specs import ScenarioError
 from simulator.proxy.scenario import load_scenario, scenario_from_document
 from simulator.recorder import CountingArchive, Recorder
-from simulator.replay import ReplayResult, _complete, observed, replay
+from simulator.replay import ReplayResult, _complete, replay
 from simulator.research.metrics import episodes, rejected_per_episode
 from simulator.workloads import ReplayError, shape_transcript, split_turns, workload_transcript
 
@@ -37,43 +37,65 @@ def run(name: str) -> ReplayResult:
 # -- content blocks ------------------------------------------------------------------------------------
 
 
-def test_a_content_block_misread_as_a_size_limit_is_undone_and_the_message_set_aside() -> None:
+STUB_PREFIX = "[withheld: the gateway refused this "
+REFUSED = ("rejected", "failed", "experiment:blocked")
+
+
+def withheld_index(result: ReplayResult) -> int:
+    """The one message of the final history that holds a withheld stub (SPEC §12)."""
+    (index,) = (i for i, m in enumerate(result.final_history) if m.content.startswith(STUB_PREFIX))
+    return index
+
+
+def test_a_content_block_above_every_accepted_size_is_told_from_size_and_the_culprit_withheld() -> None:
     result = run("waf-content-block-after-large-bodies")
 
-    (block,) = result.content_blocks
-    turn = [r for r in result.records if r.turn == block.turn]
-    assert [r.outcome for r in turn] == ["rejected:waf_rejection", "rejected:waf_rejection", "ok"]
-    first, second, sent = turn
-    accepted_before = max(r.request_bytes for r in result.records if r.turn < block.turn)
-    assert first.request_bytes > accepted_before >= second.request_bytes  # looked like size, then was not
-    assert (block.cap_before, block.cap_after) == (None, None) and result.learned_cap is None
-    assert sent.learned_cap is None and not SQL.search(str(result.final_history[block.message_index].content))
-    # nothing refused again, nothing capped after the block: the session is as before
-    later = [r for r in result.records if r.turn > block.turn]
-    assert later and all(r.outcome == "ok" and r.learned_cap is None for r in later)
-    assert max(r.request_bytes for r in later) > first.request_bytes  # larger than the refused one: passed
-    # the refused tool result is archived whole and recallable, nothing lost
-    stub = result.final_history[block.message_index].content
+    (turn_index,) = {r.turn for r in result.records if r.outcome.startswith("rejected")}
+    turn = [r for r in result.records if r.turn == turn_index]
+    first, telling = turn[0], turn[1]
+    accepted_before = max(r.request_bytes for r in result.records if r.turn < turn_index)
+    assert first.outcome == "rejected:waf_rejection" and first.request_bytes > accepted_before  # size-like
+    # SPEC §12: as large, without the new content, it passes — content, not size; no cap, no compaction
+    assert telling.outcome == "experiment:passed" and telling.request_bytes >= first.request_bytes * 0.99
+    assert [r.outcome for r in turn[2:-1]] and all(r.outcome.startswith("experiment:") for r in turn[2:-1])
+    assert turn[-1].outcome == "ok" and result.learned_cap is None
+    assert all(r.learned_cap is None and r.recovery_level is None for r in result.records)
+    assert sum(r.outcome.startswith(REFUSED) for r in turn) <= 1 + 2  # 1 + ⌈log2 n⌉, n ≤ 4 new parts
+    # the refused tool result is withheld: archived whole and recallable locally, never sent again
+    index = withheld_index(result)
+    stub = result.final_history[index].content
     (key,) = extract_keys(stub)
-    assert SQL.search(recall(result.archive, stub).found[key])
+    assert SQL.search(recall(result.archive, stub).found[key]) and not SQL.search(stub)
+    later = [r for r in result.records if r.turn > turn_index]
+    assert later and all(r.outcome == "ok" for r in later)
+    assert max(r.request_bytes for r in later) > first.request_bytes  # larger than the refused one: passed
+    assert result.withheld == 1 and result.content_blocks == ()
     assert result.chars_lost == 0 and result.divergences == 0
 
 
-def test_a_content_block_under_a_learned_cap_costs_one_request_and_keeps_the_cap() -> None:
+def test_a_content_block_under_a_learned_cap_costs_two_blocks_keeps_the_cap_and_compacts_nothing() -> None:
     result = run("waf-content-block-under-learned-cap")
 
-    (block,) = result.content_blocks
-    blocked = [r for r in result.records if r.turn == block.turn]
-    assert [r.outcome for r in blocked] == ["rejected:waf_rejection", "ok"]
-    assert block.cap_before == block.cap_after == result.learned_cap is not None
+    turns = sorted({r.turn for r in result.records if r.outcome == "rejected:waf_rejection"})
+    (turn_index,) = turns
+    blocked = [r for r in result.records if r.turn == turn_index]
+    # the block; the new parts withheld: passed; one half of them: passed; the other: blocked; the turn
+    assert [r.outcome for r in blocked] == [
+        "rejected:waf_rejection",
+        "experiment:passed",
+        "experiment:passed",
+        "experiment:blocked",
+        "ok",
+    ]
+    assert {r.learned_cap for r in blocked} == {result.learned_cap} and result.learned_cap is not None
     recoveries = [
         e
         for e in result.events
-        if e.turn == block.turn and isinstance(e.item, PreCompact) and e.item.trigger == "recovery"
+        if e.turn == turn_index and isinstance(e.item, PreCompact) and e.item.trigger == "recovery"
     ]
     assert recoveries == []  # nothing compacted for the block
-    assert observed(result).content_blocks == ((block.cap_before, block.cap_after),)
-    assert result.outcome == "recovered" and result.chars_lost == 0
+    assert result.stats.withheld_chars > 0  # its stub was compacted later, like any message
+    assert result.outcome == "recovered" and result.withheld == 1 and result.chars_lost == 0
 
 
 def test_the_replay_sets_each_named_message_aside_once_then_lets_the_error_end_the_turn() -> None:
@@ -206,7 +228,7 @@ EPISODE_KINDS = {
     "header-431": ("payload_too_large", [1]),
     "rst-after-128k-small-history": ("transient_network", [2]),
     "envoy-503-masks-413": ("transient_network", [2]),
-    "waf-content-block-after-large-bodies": ("waf_rejection", [2]),
+    "waf-content-block-after-large-bodies": ("waf_rejection", [3]),
     "max-tokens-over-model-cap": ("output_limit", [1]),
 }
 
@@ -218,9 +240,8 @@ def test_every_kind_of_episode_counts_each_rejected_request(name: str) -> None:
     kind, per_episode = EPISODE_KINDS[name]
 
     assert list(table["first_failure_kind"]) == [kind] and list(table["rejected_requests"]) == per_episode
-    refused = ("rejected", "failed")
     rejected_by_turn = [
-        sum(1 for r in result.records if r.turn == turn and r.outcome.startswith(refused))
+        sum(1 for r in result.records if r.turn == turn and r.outcome.startswith(REFUSED))
         for turn in table["turn"]
     ]
     assert rejected_by_turn == per_episode
@@ -252,7 +273,7 @@ def test_screenshots_under_the_waf_are_archived_not_lost_and_every_accepted_requ
 ) -> None:
     result = run("screenshots-128k-waf")
 
-    accepted = [r for r in result.records if not r.outcome.startswith("rejected")]
+    accepted = [r for r in result.records if not r.outcome.startswith(REFUSED)]
     assert all(r.request_bytes < 128 * KB for r in accepted)
     archived = reachable_entries(result.final_history, result.archive)
     kept = [i.data for m in result.final_history for i in m.images]

@@ -157,27 +157,36 @@ def test_one_record_per_request_attempt_in_the_run_schema(waf: Waf) -> None:
     result, _ = waf
     assert len(result.records) == result.stats.requests
     assert list(result.frame.columns) == list(RUN_COLUMNS)
-    assert [(r.turn, r.attempt) for r in result.records if r.turn == 8] == [(8, 1), (8, 2)]
+    # the block page, the same size without the new content (refused too: size), the recovered retry
+    assert [(r.turn, r.attempt) for r in result.records if r.turn == 8] == [(8, 1), (8, 2), (8, 3)]
     assert result.turns_completed == result.turns == 15
 
 
-def test_the_waf_rejection_teaches_the_cap_and_the_next_attempt_recovers(waf: Waf) -> None:
+def test_the_waf_rejection_teaches_the_cap_after_one_telling_request_and_the_next_attempt_recovers(
+    waf: Waf,
+) -> None:
     result, _ = waf
-    rejected, recovered = (r for r in result.records if r.turn == 8)
+    rejected, telling, recovered = (r for r in result.records if r.turn == 8)
     assert rejected.outcome == "rejected:waf_rejection" and rejected.request_bytes >= 128_000
     assert rejected.proxy_cap == 128_000 and rejected.learned_cap is None
+    # SPEC §12: a block page may be content; as large without the new content and refused too: size
+    assert telling.outcome == "experiment:blocked" and telling.request_bytes >= 128_000
+    assert telling.message_count <= rejected.message_count and telling.max_tokens == 16
     assert recovered.outcome == "recovered@L1" and recovered.request_bytes < 128_000
     # SPEC §11: the ¾ rule inside the evidence's interval — never below the largest accepted request
     accepted = max(r.request_bytes for r in result.records if r.turn < 8)
-    assert recovered.learned_cap == max(accepted, int(rejected.request_bytes * 0.75))
+    smallest = min(rejected.request_bytes, telling.request_bytes)
+    assert recovered.learned_cap == max(accepted, int(smallest * 0.75))
     assert recovered.compaction_level is not None and recovered.chars_archived > 0
 
 
 def test_notices_go_to_the_attempt_that_caused_them(waf: Waf) -> None:
     result, _ = waf
-    rejected, recovered = (r for r in result.records if r.turn == 8)
-    assert rejected.notices.split("\n")[0] == RECOVERABLE_WAF
-    assert any(line.startswith("ℹ Gateway rejected a ") for line in rejected.notices.split("\n"))
+    rejected, telling, recovered = (r for r in result.records if r.turn == 8)
+    # the telling request settled the reading: the recovery and what it teaches are said on it
+    assert RECOVERABLE_WAF not in rejected.notices
+    assert telling.notices.split("\n")[0] == RECOVERABLE_WAF
+    assert any(line.startswith("ℹ Gateway rejected a ") for line in telling.notices.split("\n"))
     assert RECOVERABLE_WAF not in recovered.notices
     assert recovered.notices.startswith("ℹ pre-flight: history ")
 
@@ -187,7 +196,7 @@ def test_events_stream_in_order_with_every_record(waf: Waf) -> None:
     assert tuple(seen) == result.events
     assert [e.item for e in seen if isinstance(e.item, AttemptRecord)] == list(result.records)
     first_notice = next(e for e in seen if isinstance(e.item, Notice))
-    assert (first_notice.turn, first_notice.attempt, first_notice.item.message) == (8, 1, RECOVERABLE_WAF)
+    assert (first_notice.turn, first_notice.attempt, first_notice.item.message) == (8, 2, RECOVERABLE_WAF)
     assert any(isinstance(e.item, PreCompact) and e.item.trigger == "recovery" for e in seen)
 
 
@@ -197,7 +206,7 @@ def test_the_session_replays_the_recorded_replies(waf: Waf) -> None:
     recorded = [m for m in result.replayed.messages if m.role == "assistant"]
     assert result.divergences == 0
     assert [m.content for m in replies] == [m.content for m in recorded]
-    assert result.summary["outcome"] == "recovered" and result.summary["rejected_requests"] == 1
+    assert result.summary["outcome"] == "recovered" and result.summary["rejected_requests"] == 2
 
 
 def test_tool_call_ids_stay_paired_when_the_wire_mints_new_ones() -> None:
@@ -264,8 +273,8 @@ def test_expectation_problems_name_what_differs(waf: Waf) -> None:
 def test_observed_is_what_the_expect_table_checks(waf: Waf) -> None:
     result, _ = waf
     seen = observed(result)
-    assert (seen.outcome, seen.failure_kinds) == ("recovered", ("waf_rejection",))
-    assert seen.rejected_requests == (1,)
+    assert (seen.outcome, seen.failure_kinds) == ("recovered", ("waf_rejection", "waf_rejection"))
+    assert seen.rejected_requests == (2,)  # the block page and the telling request: one episode
     assert seen.learned_cap == result.learned_cap == result.records[-1].learned_cap
     assert seen.learned_cap is not None
     assert seen.summarizer_calls == result.summarizer_calls

@@ -43,6 +43,7 @@ from simulator.proxy.scenario import (
 )
 from simulator.replay import ReplayResult, expectation_problems, replay
 from simulator.research.baselines import BASELINES, Strategy
+from simulator.research.metrics import EXPERIMENT_BLOCKED
 from simulator.transcripts.generator import generate_session
 from simulator.transcripts.loaders import Transcript, load_transcript
 
@@ -182,10 +183,14 @@ def test_rate_limit_surfaces_without_any_compaction() -> None:
 def test_corporate_waf_warns_about_the_floor_and_then_stays_under_the_waf() -> None:
     result = run("corporate-128k-waf")
 
-    rejected = [r for r in result.records if r.outcome.startswith("rejected:")]
-    assert [(r.failure_kind, r.request_bytes >= 128_000) for r in rejected] == [("waf_rejection", True)]
-    assert any(n.startswith(FLOOR_WARNING_PREFIX) for n in rejected[0].notices.split("\n"))
-    accepted = [r for r in result.records if not r.outcome.startswith("rejected:")]
+    # the block, then the same size without the new content (the experiment that reads it as size)
+    refused = [
+        r for r in result.records if r.outcome.startswith("rejected:") or r.outcome == EXPERIMENT_BLOCKED
+    ]
+    assert [(r.failure_kind, r.request_bytes >= 128_000) for r in refused] == [("waf_rejection", True)] * 2
+    assert refused[1].outcome == EXPERIMENT_BLOCKED
+    assert any(n.startswith(FLOOR_WARNING_PREFIX) for r in refused for n in r.notices.split("\n"))
+    accepted = [r for r in result.records if r not in refused]
     assert all(r.request_bytes < 128_000 for r in accepted)
 
 
@@ -264,6 +269,21 @@ class ForgetsAcceptedSizes(GatewayModel):
         return self
 
 
+class BlockPagesAreSize(GatewayModel):
+    """The model before SPEC §12: a block page larger than every accepted request is a size limit at once."""
+
+    __slots__ = ()
+
+    def judge(
+        self, failure: Failure, *, request_bytes: int | None, policy: Policy, **kwargs: Any
+    ) -> Judgement:
+        judged = GatewayModel.judge(self, failure, request_bytes=request_bytes, policy=policy, **kwargs)
+        if judged.verdict is Verdict.BLOCK and request_bytes is not None:
+            learned = self.size_rejected(judged.signature, request_bytes, policy=policy)
+            return Judgement(learned, Verdict.SIZE_LIMIT, judged.failure, judged.signature)
+        return judged
+
+
 class ThreeQuartersRatchet(GatewayModel):
     """SPEC §6.1 before §11: ¾ of the smallest rejected size, only ever tightening, whatever passed."""
 
@@ -324,6 +344,7 @@ def _wrong_classifier(classifier: Callable[..., Failure], name: str) -> Strategy
 
 
 CONTENT_AS_SIZE = _wrong_model(ForgetsAcceptedSizes, "content-as-size")
+BLOCK_AS_SIZE = _wrong_model(BlockPagesAreSize, "block-page-as-size")
 RATCHET = _wrong_model(ThreeQuartersRatchet, "three-quarters-ratchet")
 AMBIGUITY_TRANSIENT = _wrong_model(AmbiguityIsTransient, "ambiguity-transient")
 HEADER_AS_BODY = _wrong_classifier(header_fault_as_body_limit, "431-as-413")
@@ -364,6 +385,10 @@ def _recovers_or_spends_attempts(scenario: Scenario) -> bool:
     return expect.outcome == "recovered" or spends_attempts
 
 
+# Where a block comes below a size the gateway accepted (an [expect] cannot say so): forgetting accepted
+# sizes turns it into a size limit there, and only there.
+BLOCKED_BELOW_ACCEPTED = {"waf-content-block-under-learned-cap"}
+
 WRONG = (
     Wrong("healthy twin", lambda scenario: True, scenario=healthy_twin),
     Wrong(
@@ -390,8 +415,18 @@ WRONG = (
     ),
     Wrong(
         "content blocks read as size limits",
-        lambda scenario: bool(scenario.expect.content_blocks),
+        lambda scenario: bool(scenario.expect.content_blocks) or scenario.name in BLOCKED_BELOW_ACCEPTED,
         strategy=CONTENT_AS_SIZE,
+    ),
+    Wrong(
+        "block pages read as size limits",
+        lambda scenario: scenario.expect.failure_kind == "waf_rejection",
+        strategy=BLOCK_AS_SIZE,
+    ),
+    Wrong(
+        "no block experiments",
+        lambda scenario: bool(scenario.expect.withheld),
+        policy=(("max_blocked_requests", 1),),
     ),
     Wrong("the ¾ ratchet", lambda scenario: scenario.expect.requests_over_cap is not None, strategy=RATCHET),
     Wrong(
@@ -457,6 +492,8 @@ def test_every_scenario_is_checked_against_its_healthy_twin_and_a_wrong_library_
     assert only_the_twin == {"rate-limit-429"}
     gateway_wrongs = {
         "content blocks read as size limits",
+        "block pages read as size limits",
+        "no block experiments",
         "the ¾ ratchet",
         "431 read as a body limit",
         "resets and gateway 503s only transient",

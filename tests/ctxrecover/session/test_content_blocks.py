@@ -189,6 +189,45 @@ def test_a_content_block_below_accepted_sizes_is_withheld_in_one_search_and_the_
     assert session.stats.block_experiments == len(turn) - 2
 
 
+NOT_REPRODUCED = (
+    "⚠ The gateway's block (%s at %s) did not reproduce: the same content passed in a test request — "
+    "nothing withheld, the request is sent again"
+)
+
+
+def test_a_block_no_test_reproduces_withholds_nothing_and_the_request_is_sent_again() -> None:
+    # A rule switched on for one request: the turn's parts are tested, both halves pass, and the
+    # whole passes too — no content is blamed, nothing is withheld, the turn completes.
+    once = [True]
+
+    def flaky(body: bytes) -> bool:
+        refused, once[0] = once[0] and b"needle" in body, False if b"needle" in body else once[0]
+        return refused
+
+    gateway = Gateway(flaky)
+    session, events = grown_agent(gateway, turns=3)
+    gateway.turn = 3
+    session.add(Message.user("look at these"))
+    add_result(session, "a", "needle one\n" * 40)
+    add_result(session, "b", "needle two\n" * 40)
+    history = session.history
+
+    assert session.complete().content == "ok"
+
+    turn = gateway.in_turn(3)
+    assert gateway.blocked_in(3) == 1 and not turn[0][1]
+    assert notices(events, "block_not_reproduced") == [
+        NOT_REPRODUCED % ("403", format_payload_size(turn[0][0]))
+    ]
+    assert notices(events, "content_withheld") == []
+    assert not any("[withheld:" in m.content for m in session.history) and session.stats.withheld_chars == 0
+    assert [m for m in session.history if m.role == "tool"][-2:] == [m for m in history if m.role == "tool"][
+        -2:
+    ]
+    assert turn[-1] == turn[0][:1] + (True,)  # the refused request itself, sent again, passed
+    assert len(turn) == 6  # the block, the new parts withheld, two halves of them, the whole, the request
+
+
 def test_what_was_withheld_never_reaches_the_gateway_again_in_any_encoding_a_reread_is_withheld_first() -> (
     None
 ):
@@ -417,6 +456,35 @@ def test_a_policy_block_on_a_request_no_compaction_could_shrink_is_told_from_siz
     assert len(sizes) == 3 and sizes[1] >= sizes[0] > 3 * KB > 100 > sizes[2]
     assert str(info.value) == POLICY % ("403", format_payload_size(sizes[0]))
     assert session.learned_cap is None and session.gateway.rejections == ()
+
+
+def test_a_route_denied_mid_session_is_a_policy_block_and_undoes_the_size_reading_it_first_got() -> None:
+    # The route is closed after ten turns: the next request (the largest yet) is blocked, and so are
+    # blanks as large — a size reading; the compacted retry is blocked too, so is the retry without its
+    # new parts, and so is a one-word request: the route. No cap stays, nothing stays compacted.
+    deny = [False]
+    gateway = Gateway(lambda body: deny[0])
+    session, events = grown_agent(gateway)
+    before_cap = session.learned_cap
+    deny[0] = True
+    gateway.turn = 10
+    add_result(session, "x", "row x\n" * 1_500)
+    history = session.history
+
+    with pytest.raises(PolicyBlockedError) as info:
+        session.complete()
+
+    turn = gateway.in_turn(10)
+    sizes = [size for size, _ in turn]
+    assert all(not ok for _, ok in turn) and len(turn) == 5
+    assert sizes[0] == sizes[1] > sizes[2] > sizes[3] > 100 > sizes[4]  # the last one carried one word
+    assert str(info.value) == POLICY % ("403", format_payload_size(sizes[2]))
+    assert session.learned_cap == before_cap is None and session.gateway.rejections == ()
+    # the turn's own microcompact stays (it ran before the request); the size reading's truncation is undone
+    assert len(session.history) == len(history) and session.stats.withheld_chars == 0
+    deny[0] = False
+    gateway.turn = 11
+    assert session.complete().content == "ok" and gateway.blocked_in(11) == 0
 
 
 @pytest.mark.parametrize("part", ["system prompt", "tool definitions"])

@@ -308,14 +308,17 @@ def test_replay_prints_the_turn_log_and_a_summary(capsys: pytest.CaptureFixture[
     turn = [line for line in lines if line.startswith("[turn 8 ·")]
     rejected = next(i for i, line in enumerate(turn) if line.startswith("[turn 8 · attempt 1] → "))
     assert "rejected:waf_rejection" in turn[rejected]
-    # the refusal prints first, then the notices it causes, then the retry's own lines
-    assert turn.index(f"[turn 8 · attempt 1] {RECOVERABLE_WAF}") > rejected
+    # the refusal prints first, then the experiment that reads it (the same size without the new
+    # content), then the notices that reading causes, then the retry's own lines
     assert all(line.startswith("[turn 8 · attempt 1]") for line in turn[: rejected + 1])
-    first_of_retry = next(i for i, line in enumerate(turn) if line.startswith("[turn 8 · attempt 2]"))
-    assert all(line.startswith("[turn 8 · attempt 2]") for line in turn[first_of_retry:])
-    assert turn[-1].startswith("[turn 8 · attempt 2] → ")
+    assert turn[rejected + 1].startswith("[turn 8 · attempt 2] → ")
+    assert " · experiment:blocked · waf_rejection" in turn[rejected + 1]
+    assert turn.index(f"[turn 8 · attempt 2] {RECOVERABLE_WAF}") == rejected + 2
+    first_of_retry = next(i for i, line in enumerate(turn) if line.startswith("[turn 8 · attempt 3]"))
+    assert all(line.startswith("[turn 8 · attempt 3]") for line in turn[first_of_retry:])
+    assert turn[-1].startswith("[turn 8 · attempt 3] → ")
     assert " · recovered · after recovery level 1" in turn[-1]
-    assert len([line for line in turn if "] → " in line]) == 2  # each attempt's line once
+    assert len([line for line in turn if "] → " in line]) == 3  # each attempt's line once
     # one vocabulary in words: no level codes anywhere in the log
     assert not [line for line in lines if re.search(r"\bL[123]\b|@L", line)]
     assert lines[-1].startswith("corporate-128k-waf × chat-50k: recovered (expected recovered)")
@@ -407,7 +410,7 @@ def bad_scenario(tmp_path: Path) -> Path:
         (
             ["classify", "bundled:404-nowhere"],
             "bundled:404-nowhere: no bundled page named '404-nowhere'; `ctxsim classify --list-pages` lists "
-            "them (e.g. bundled:403-akamai)",
+            "them (e.g. bundled:400-nginx)",
         ),
         (
             ["run", "--scenarios", "rate-limit-429", "--transcripts", "chat-50k", "--out", "{bad}"],

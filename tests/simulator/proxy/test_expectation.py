@@ -69,6 +69,7 @@ def test_the_fields_table_documents_every_field() -> None:
         "notices",
         "floor_warning",
         "content_blocks",
+        "withheld",
         "final_max_tokens",
         "requests_over_cap",
     ]
@@ -86,7 +87,7 @@ ERRORS = [
         'notces = ["x"]\n',
         "[expect] has unknown key 'notces'; valid keys: outcome, failure_kind, "
         "compaction_level, rejected_requests, cap_learned, summarizer, notices, floor_warning, "
-        "content_blocks, "
+        "content_blocks, withheld, "
         "final_max_tokens, requests_over_cap",
     ),
     (
@@ -108,13 +109,15 @@ ERRORS = [
     ("floor_warning = 1\n", "[expect] floor_warning must be true or false, got 1"),
     ("content_blocks = -1\n", "[expect] content_blocks must be an integer >= 0, got -1"),
     ('content_blocks = "one"\n', "[expect] content_blocks must be an integer, got 'one'"),
+    ("withheld = -1\n", "[expect] withheld must be an integer >= 0, got -1"),
     ("final_max_tokens = 0\n", "[expect] final_max_tokens must be an integer >= 1, got 0"),
     ("requests_over_cap = -2\n", "[expect] requests_over_cap must be an integer >= 0, got -2"),
     (
         'failure_kind = "too_big"\n',
         "[expect] failure_kind must be one of context_overflow, "
-        "payload_too_large, waf_rejection, suspected_payload, malformed_history, output_truncated, "
-        "output_limit, auth, rate_limit, transient_network, other, ok, got 'too_big'",
+        "payload_too_large, waf_rejection, policy_block, content_refused, suspected_payload, "
+        "malformed_history, output_truncated, output_limit, auth, rate_limit, transient_network, other, ok, "
+        "got 'too_big'",
     ),
 ]
 

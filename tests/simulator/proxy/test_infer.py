@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from simulator.proxy.journal import RECORD_FORMAT, JsonLines, page_fingerprint, 
 from simulator.proxy.loopback import TURN_HEADER, LoopbackServer
 from simulator.proxy.middlebox import Middlebox
 from simulator.proxy.pagebook import known_page, known_pages
+from simulator.proxy.pages import PAGES_DIR
 from simulator.proxy.scenario import load_scenario
 
 KB = 1024
@@ -251,3 +253,12 @@ def test_an_inferred_size_cap_comes_with_a_workload_that_reaches_it(tmp_path: Pa
     assert isinstance(cap, BodyCap)
     assert (scenario.workload.transcript, scenario.workload.history_bytes) == ("generated", 2 * cap.limit)
     assert (scenario.expect.outcome, scenario.expect.failure_kind) == ("recovered", "payload_too_large")
+
+
+def test_a_page_stamped_with_another_http_date_has_the_same_fingerprint() -> None:
+    # Squid stamps "Generated <IMF-fixdate> by <host>": the day name changes with the date, and must not count
+    page = (PAGES_DIR / "413-squid.html").read_bytes()
+    stamped = re.search(rb"Generated ([^<]*) GMT", page)
+    assert stamped is not None
+    other_day = page.replace(stamped.group(1), b"Sat, 31 Jul 2027 07:08:09")
+    assert other_day != page and page_fingerprint(other_day) == page_fingerprint(page)

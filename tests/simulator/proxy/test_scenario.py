@@ -111,7 +111,7 @@ EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
     "waf-content-block-after-large-bodies": (
         "anthropic",
         ["content-match"],
-        "content_blocked",
+        "content_withheld",
         "waf_rejection",
     ),
     "waf-content-block-under-learned-cap": (
@@ -135,7 +135,7 @@ EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
     "waf-content-rule-cut-by-size-compaction": (
         "anthropic",
         ["content-match"],
-        "content_blocked",
+        "content_withheld",
         "waf_rejection",
     ),
 }
@@ -374,20 +374,22 @@ ERRORS: list[tuple[str, str, str]] = [
         "bad-outcome",
         VALID.replace('"recovered"', '"fine"'),
         "{file}: [expect] outcome must be one of ok, recovered, retried, escalated, max_tokens_lowered, "
-        "content_blocked, no_compaction, fail_fast_floor, failed, got 'fine'",
+        "content_withheld, content_blocked, policy_blocked, content_floor, content_refused, no_compaction, "
+        "fail_fast_floor, failed, got 'fine'",
     ),
     (
         "missing-expect",
         VALID.replace('[expect]\noutcome = "recovered"\n', ""),
         "{file}: [expect] section is missing; it needs outcome = one of ok, recovered, retried, escalated, "
-        "max_tokens_lowered, content_blocked, no_compaction, fail_fast_floor, failed",
+        "max_tokens_lowered, content_withheld, content_blocked, policy_blocked, content_floor, "
+        "content_refused, no_compaction, fail_fast_floor, failed",
     ),
     (
         "bad-failure-kind",
         VALID + 'failure_kind = "boom"\n',
         "{file}: [expect] failure_kind must be one of context_overflow, payload_too_large, waf_rejection, "
-        "suspected_payload, malformed_history, output_truncated, output_limit, auth, rate_limit, "
-        "transient_network, other, ok, got 'boom'",
+        "policy_block, content_refused, suspected_payload, malformed_history, output_truncated, "
+        "output_limit, auth, rate_limit, transient_network, other, ok, got 'boom'",
     ),
     (
         "bad-level",

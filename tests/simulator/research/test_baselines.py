@@ -19,6 +19,7 @@ from simulator.research.baselines import (
     PEER_POLICY_OVERRIDES,
     resolve_policies,
 )
+from simulator.research.metrics import EXPERIMENT_BLOCKED
 from simulator.research.peers import (
     CLINE_TRUNCATION_NOTICE,
     MASKED_OBSERVATION,
@@ -354,8 +355,8 @@ def test_bisection_needs_fewer_rejections_and_no_strategy_learns_a_cap_below_wha
     # SPEC §11 changed this test: both strategies now work over the gateway model's evidence and the
     # learned cap never falls below the largest accepted request (the old ¾ rule ended at 30 162 bytes
     # while 37 339-byte requests had passed; BisectionCapState ended at 40 608). Measured: the ¾ rule
-    # needs 4 rejections (308 213 → 165 314 → 89 062 → 40 217 bytes), bisection 3 (308 213 → 110 493 →
-    # 40 155).
+    # needs 5 blocked requests (308 213, the same size as blanks that reads the page as size, then
+    # 165 314 → 89 062 → 40 217 bytes), bisection 4 (308 213 twice → 111 614 → 41 675).
     transcript, scenario = pasted_chat(), bedrock_waf()
 
     three_quarters = run(None, transcript, scenario)
@@ -365,7 +366,8 @@ def test_bisection_needs_fewer_rejections_and_no_strategy_learns_a_cap_below_wha
     assert rejected[1] < rejected[0] and rejected[0] >= 3
     for result in (three_quarters, bisection):
         cap = result.records[-1].learned_cap
-        passed = max(r.request_bytes for r in result.records if not r.outcome.startswith("rejected"))
+        refused = ("rejected", EXPERIMENT_BLOCKED)  # the block page's telling request was refused too
+        passed = max(r.request_bytes for r in result.records if not r.outcome.startswith(refused))
         assert cap is not None and passed <= cap < WAF_THRESHOLD
     assert bisection.outcome == three_quarters.outcome == "recovered"
     assert bisection.chars_lost == three_quarters.chars_lost == 0
