@@ -283,9 +283,9 @@ class LossLedger:
             total = min(total, self._writes[key])
         node.occurrences = total
         credit, left = [total] + [0] * len(EDGE_POOLS), total
-        for pool in node.order:  # the text is offered to the pools of the edges that reach it, in order
-            credit[1 + pool] = min(node.inflow[pool], left)
-            left -= credit[1 + pool]
+        for kind in node.order:  # the text is offered to the pools of the edges that reach it, in order
+            credit[1 + kind] = min(node.inflow[kind], left)
+            left -= credit[1 + kind]
         old, node.credit = node.credit, tuple(credit)
         if credit[0] != old[0]:
             for piece in node.pieces:

@@ -76,7 +76,7 @@ def image_bytes(fmt: str, width: int, height: int, filler: int) -> bytes:
 
 
 @st.composite
-def images(draw: st.DrawFn) -> Image:
+def any_image(draw: st.DrawFn) -> Image:
     fmt = draw(st.sampled_from(FORMATS))
     if fmt == "url":
         return Image(url=f"https://example.test/shot-{draw(st.integers(0, 5))}.png")
@@ -111,10 +111,11 @@ class ImagesMachine(RuleBasedStateMachine):
     def images(self, data: st.DataObject) -> tuple[Image, ...]:
         drawn: list[Image] = []
         for _ in range(data.draw(st.sampled_from([0, 0, 1, 1, 2, 3]))):
-            if self.seen and data.draw(st.booleans()):
+            again: bool = data.draw(st.booleans()) if self.seen else False
+            if again:
                 drawn.append(data.draw(st.sampled_from(self.seen)))  # the same screenshot again
             else:
-                drawn.append(data.draw(images()))
+                drawn.append(data.draw(any_image()))
                 self.seen.append(drawn[-1])
         return tuple(drawn)
 
