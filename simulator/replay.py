@@ -98,7 +98,10 @@ class ReplayResult:
     payload cap at the end (None when it never learned one); ``summarizer_calls``
     what each call of the mock summarizer did
     (:data:`simulator.summarizers.CALL_OUTCOMES`). ``content_blocks`` are the content
-    blocks the replay met and answered by setting the refused message aside.
+    blocks the replay met and answered by setting the refused message aside. ``notes`` say how the
+    scenario was fitted to the transcript (:meth:`Scenario.fitted
+    <simulator.proxy.scenario.Scenario.fitted>`: a planted turn beyond it moved to its last turn);
+    ``scenario`` is the scenario as it ran.
     """
 
     run_id: str
@@ -126,6 +129,7 @@ class ReplayResult:
     divergences: int = 0
     error: str | None = None
     content_blocks: tuple[ContentBlock, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @cached_property
     def frame(self) -> pd.DataFrame:
@@ -276,10 +280,12 @@ def replay(
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     original = _as_transcript(transcript, scenario)
+    recorded_turns = len(split_turns(original.messages)[0])
+    if not recorded_turns:
+        raise ReplayError(f"transcript {original.name!r} has no assistant reply to replay")
+    scenario, notes = scenario.fitted(recorded_turns)
     shaped = shape_transcript(original, scenario)
     turns, trailing = split_turns(shaped.messages)
-    if not turns:
-        raise ReplayError(f"transcript {original.name!r} has no assistant reply to replay")
     seed = scenario.seed if seed is None else seed
     run_policy = scenario.apply_policy(policy if strategy is None else strategy.apply(policy))
     if policy_name is None:
@@ -372,6 +378,7 @@ def replay(
         divergences=divergences,
         error=None if error is None else str(error),
         content_blocks=tuple(recorder.content_blocks),
+        notes=notes,
     )
 
 
