@@ -74,12 +74,24 @@ from simulator.workloads import (
     workload_transcript,
 )
 
-__all__ = ["ReplayResult", "TRANSPORTS", "expectation_problems", "observed", "replay"]
+__all__ = ["FloorFailure", "ReplayResult", "TRANSPORTS", "expectation_problems", "observed", "replay"]
 
 
 TRANSPORTS: tuple[str, ...] = ("inprocess", "loopback")
 # Sent like a real client's key (its header counts against header-size caps); never a real key.
 REPLAY_API_KEY = "sk-ctxsim-replay-not-a-real-key"
+
+
+@dataclass(frozen=True, slots=True)
+class FloorFailure:
+    """What a :class:`~ctxrecover.errors.PayloadFloorError` named: the part over the gateway's limit
+    (``system_prompt``, ``tool_definitions`` or ``smallest_request``), its real size, the size the
+    gateway rejected, and the 0-based turn it ended."""
+
+    over: str
+    over_bytes: int
+    rejected_bytes: int
+    turn: int
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,7 @@ class ReplayResult:
     blocks the replay met and answered by setting the refused message aside. ``notes`` say how the
     scenario was fitted to the transcript (:meth:`Scenario.fitted
     <simulator.proxy.scenario.Scenario.fitted>`: a planted turn beyond it moved to its last turn);
-    ``scenario`` is the scenario as it ran.
+    ``scenario`` is the scenario as it ran. ``floor`` is what a ``fail_fast_floor`` named.
     """
 
     run_id: str
@@ -130,6 +142,7 @@ class ReplayResult:
     error: str | None = None
     content_blocks: tuple[ContentBlock, ...] = ()
     notes: tuple[str, ...] = ()
+    floor: FloorFailure | None = None
 
     @cached_property
     def frame(self) -> pd.DataFrame:
@@ -379,6 +392,11 @@ def replay(
         error=None if error is None else str(error),
         content_blocks=tuple(recorder.content_blocks),
         notes=notes,
+        floor=(
+            FloorFailure(error.over, error.over_bytes, error.rejected_bytes, completed)
+            if isinstance(error, PayloadFloorError)
+            else None
+        ),
     )
 
 
