@@ -14,13 +14,11 @@ message, so ``total_weight`` of a long history is a sum of cached integers.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import math
-import struct
 from collections.abc import Iterable
 
-from ctxrecover.messages import Image, Message
+from ctxrecover.image_tokens import estimate_image_tokens, image_token_cost, image_token_rule
+from ctxrecover.messages import Message
 
 __all__ = [
     "WeightTotals",
@@ -50,11 +48,6 @@ SIZE_SUFFIXES: tuple[tuple[str, int], ...] = (
     ("B", 1),
 )
 BARE_NUMBER_UNIT = MIB  # "5" means 5 MB, as CHATCLI_MAX_PAYLOAD=5 does
-
-IMAGE_MAX_EDGE = 1568
-IMAGE_PIXELS_PER_TOKEN = 750
-IMAGE_MIN_TOKENS = 85
-IMAGE_UNDECODABLE_CHARS_PER_TOKEN = 2048
 
 IMAGE_TOKENS_CACHE = "image-tokens"  # msg._cache entry
 WEIGHT_CACHE = "weight"
@@ -102,68 +95,6 @@ def format_payload_size(n: int | float) -> str:
 # -- images ---------------------------------------------------------------
 
 
-def _image_dimensions(raw: bytes) -> tuple[int, int] | None:
-    """Width and height from a PNG, GIF, JPEG or WebP header, or None."""
-    if raw[:8] == b"\x89PNG\r\n\x1a\n" and len(raw) >= 24:
-        return struct.unpack(">II", raw[16:24])
-    if raw[:6] in (b"GIF87a", b"GIF89a") and len(raw) >= 10:
-        return struct.unpack("<HH", raw[6:10])
-    if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP" and len(raw) >= 30:
-        chunk = raw[12:16]
-        if chunk == b"VP8X":
-            w = int.from_bytes(raw[24:27], "little") + 1
-            h = int.from_bytes(raw[27:30], "little") + 1
-            return w, h
-        if chunk == b"VP8 ":
-            w, h = struct.unpack("<HH", raw[26:30])
-            return w & 0x3FFF, h & 0x3FFF
-        if chunk == b"VP8L" and len(raw) >= 25:
-            bits = int.from_bytes(raw[21:25], "little")
-            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-        return None
-    if raw[:2] == b"\xff\xd8":
-        i = 2
-        while i + 9 < len(raw):
-            if raw[i] != 0xFF:
-                i += 1
-                continue
-            marker = raw[i + 1]
-            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-                i += 2
-                continue
-            (length,) = struct.unpack(">H", raw[i + 2 : i + 4])
-            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-                h, w = struct.unpack(">HH", raw[i + 5 : i + 9])
-                return w, h
-            i += 2 + length
-    return None
-
-
-def estimate_image_tokens(image: Image) -> int:
-    """Tokens an image costs: pixels/750 after scaling to ≤1568 px, floor 85.
-
-    Undecodable data costs ``len/2048`` tokens when that exceeds 85; a URL-only
-    image costs 85.
-    """
-    if image.data is None:
-        return IMAGE_MIN_TOKENS
-    dims = None
-    try:
-        raw = base64.b64decode(image.data[:65536].encode("ascii"), validate=False)
-        dims = _image_dimensions(raw)
-    except (binascii.Error, ValueError, UnicodeEncodeError, struct.error):
-        dims = None
-    if not dims or dims[0] <= 0 or dims[1] <= 0:
-        estimate = len(image.data) // IMAGE_UNDECODABLE_CHARS_PER_TOKEN
-        return estimate if estimate > IMAGE_MIN_TOKENS else IMAGE_MIN_TOKENS
-    w, h = dims
-    longest = max(w, h)
-    if longest > IMAGE_MAX_EDGE:
-        scale = IMAGE_MAX_EDGE / longest
-        w, h = int(w * scale), int(h * scale)
-    return max(IMAGE_MIN_TOKENS, (w * h) // IMAGE_PIXELS_PER_TOKEN)
-
-
 def image_chars(msg: Message) -> int:
     """Characters ``msg``'s images put on the wire: base64 data and media type, or the URL.
 
@@ -175,13 +106,18 @@ def image_chars(msg: Message) -> int:
     )
 
 
-def image_tokens(msg: Message) -> int:
-    """Tokens ``msg``'s images cost the model: :func:`estimate_image_tokens` summed, cached on the message."""
+def image_tokens(msg: Message, wire_format: str | None = None, model: str = "") -> int:
+    """Tokens ``msg``'s images cost the model they are sent to: each image priced by the provider's
+    rule for ``wire_format`` and ``model`` (:func:`~ctxrecover.image_tokens.image_token_cost`; SPEC
+    §1.2's :func:`estimate_image_tokens` without one), summed, cached on the message per rule."""
     if not msg.images:
         return 0
-    cached = msg._cache.get(IMAGE_TOKENS_CACHE)
+    rule = image_token_rule(wire_format, model) if wire_format is not None else None
+    key = IMAGE_TOKENS_CACHE if rule is None else f"{IMAGE_TOKENS_CACHE}:{rule.name}"
+    cached = msg._cache.get(key)
     if cached is None:
-        cached = msg._cache[IMAGE_TOKENS_CACHE] = sum(estimate_image_tokens(image) for image in msg.images)
+        priced = wire_format if rule is not None else None
+        cached = msg._cache[key] = sum(image_token_cost(image, priced, model) for image in msg.images)
     return cached
 
 
@@ -219,13 +155,18 @@ class WeightTotals:
 
     ``add``/``remove`` cost O(1) per message (weights are cached on the
     messages); the sums equal :func:`total_weight`, ``sum(map(image_chars, …))``
-    and ``sum(map(image_tokens, …))`` of the messages added and not removed.
+    and the :func:`image_tokens` (priced for ``wire_format`` and ``model``) of the
+    messages added and not removed.
     """
 
-    __slots__ = ("image_chars", "image_tokens", "weight")
+    __slots__ = ("image_chars", "image_tokens", "model", "weight", "wire_format")
 
-    def __init__(self, history: Iterable[Message] = ()) -> None:
+    def __init__(
+        self, history: Iterable[Message] = (), *, wire_format: str | None = None, model: str = ""
+    ) -> None:
         self.weight = self.image_chars = self.image_tokens = 0
+        self.wire_format = wire_format
+        self.model = model
         for msg in history:
             self.add(msg)
 
@@ -234,7 +175,7 @@ class WeightTotals:
         self.weight += sign * weight(msg)
         if msg.images:
             self.image_chars += sign * image_chars(msg)
-            self.image_tokens += sign * image_tokens(msg)
+            self.image_tokens += sign * image_tokens(msg, self.wire_format, self.model)
 
     def remove(self, msg: Message) -> None:
         """Stop counting ``msg``."""

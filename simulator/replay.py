@@ -82,7 +82,15 @@ from simulator.workloads import (
     workload_transcript,
 )
 
-__all__ = ["ENGINE_TIERS", "ReplayResult", "TRANSPORTS", "expectation_problems", "observed", "replay"]
+__all__ = [
+    "ENGINE_TIERS",
+    "FloorFailure",
+    "ReplayResult",
+    "TRANSPORTS",
+    "expectation_problems",
+    "observed",
+    "replay",
+]
 
 
 TRANSPORTS: tuple[str, ...] = ("inprocess", "loopback")
@@ -91,6 +99,18 @@ ENGINE_TIERS: tuple[str, ...] = ("mock", "real")
 REAL_TIER_MAX_BODY = 64 * 1024 * 1024  # the mock behind a real engine takes whatever the engine lets through
 # Sent like a real client's key (its header counts against header-size caps); never a real key.
 REPLAY_API_KEY = "sk-ctxsim-replay-not-a-real-key"
+
+
+@dataclass(frozen=True, slots=True)
+class FloorFailure:
+    """What a :class:`~ctxrecover.errors.PayloadFloorError` named: the part over the gateway's limit
+    (``system_prompt``, ``tool_definitions`` or ``smallest_request``), its real size, the size the
+    gateway rejected, and the 0-based turn it ended."""
+
+    over: str
+    over_bytes: int
+    rejected_bytes: int
+    turn: int
 
 
 @dataclass(frozen=True)
@@ -110,7 +130,10 @@ class ReplayResult:
     what each call of the mock summarizer did
     (:data:`simulator.summarizers.CALL_OUTCOMES`). ``content_blocks`` are the content
     blocks the replay met and answered by setting the refused message aside; ``withheld`` the parts
-    the session itself withheld as content the gateway refused (SPEC §12).
+    the session itself withheld as content the gateway refused (SPEC §12). ``notes`` say how the
+    scenario was fitted to the transcript (:meth:`Scenario.fitted
+    <simulator.proxy.scenario.Scenario.fitted>`: a planted turn beyond it moved to its last turn);
+    ``scenario`` is the scenario as it ran. ``floor`` is what a ``fail_fast_floor`` named.
     """
 
     run_id: str
@@ -139,6 +162,8 @@ class ReplayResult:
     error: str | None = None
     content_blocks: tuple[ContentBlock, ...] = ()
     withheld: int = 0
+    notes: tuple[str, ...] = ()
+    floor: FloorFailure | None = None
 
     @cached_property
     def frame(self) -> pd.DataFrame:
@@ -316,10 +341,12 @@ def replay(
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     original = _as_transcript(transcript, scenario)
+    recorded_turns = len(split_turns(original.messages)[0])
+    if not recorded_turns:
+        raise ReplayError(f"transcript {original.name!r} has no assistant reply to replay")
+    scenario, notes = scenario.fitted(recorded_turns)
     shaped = shape_transcript(original, scenario)
     turns, trailing = split_turns(shaped.messages)
-    if not turns:
-        raise ReplayError(f"transcript {original.name!r} has no assistant reply to replay")
     seed = scenario.seed if seed is None else seed
     run_policy = scenario.apply_policy(policy if strategy is None else strategy.apply(policy))
     if policy_name is None:
@@ -419,6 +446,12 @@ def replay(
         error=None if error is None else str(error),
         content_blocks=tuple(recorder.content_blocks),
         withheld=recorder.withheld,
+        notes=notes,
+        floor=(
+            FloorFailure(error.over, error.over_bytes, error.rejected_bytes, completed)
+            if isinstance(error, PayloadFloorError)
+            else None
+        ),
     )
 
 

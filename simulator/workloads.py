@@ -8,7 +8,9 @@ checkout and install. The workload also shapes any transcript: it pads
 the system prompt to ``system_prompt_bytes`` and every recorded reply to
 ``reply_tokens`` (deterministic filler), and puts ``plant_text`` at the head of the
 newest message fed before turn ``plant_turn`` (content a gateway's content rule
-matches: an SQL fragment in a tool result, say). Assistant messages with neither text nor
+matches: an SQL fragment in a tool result, say); a replay first fits the scenario to the transcript
+(:meth:`~simulator.proxy.scenario.Scenario.fitted`: a planted turn beyond it moves to its last turn,
+said in the run's notes). Assistant messages with neither text nor
 tool calls are skipped (no provider accepts them in a history); an assistant
 message right after another one is appended to the previous turn rather than
 requested (a request may not end with an assistant message).
@@ -189,7 +191,8 @@ def shape_transcript(transcript: Transcript, scenario: Scenario) -> Transcript:
     until its UTF-8 content is that large; ``reply_tokens`` pads every assistant
     reply with text until its output is about that many tokens; ``plant_text`` goes at
     the head of the last message before the ``plant_turn``-th reply (1-based), on a line
-    of its own. A ``plant_turn`` the transcript does not reach is a :class:`ReplayError`.
+    of its own. A ``plant_turn`` the transcript does not reach is a :class:`ReplayError` (fit the
+    scenario to the transcript first, as :func:`simulator.replay.replay` does).
     """
     workload = scenario.workload
     messages = list(transcript.messages)

@@ -182,7 +182,9 @@ class _Totals:
     """The listener behind :class:`SizedHistory`: running weights and the exact wire size."""
 
     def __init__(self, fmt: WireFormat | str, model: str) -> None:
-        self.weights = WeightTotals()
+        self.weights = WeightTotals(
+            wire_format=WireFormat(fmt).value, model=model
+        )  # images as it prices them
         self.tracker = WireSizeTracker(fmt, model=model)
 
     def truncated(self, index: HistoryIndex, length: int) -> None:

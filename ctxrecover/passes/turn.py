@@ -208,7 +208,8 @@ class TurnPasses:
         return self._sent.size(messages, max_tokens=max_tokens, tools=tools, extra=extra)
 
     def request_weights(self, messages: Sequence[Message]) -> WeightTotals:
-        """Weight, image chars and image tokens of a request's ``messages`` (read them, do not modify)."""
+        """Weight, image chars and image tokens of a request's ``messages`` (read them, do not modify); images
+        are priced by the rule of the session's provider and model (:mod:`ctxrecover.image_tokens`)."""
         if not self.incremental:
-            return WeightTotals(messages)
+            return WeightTotals(messages, wire_format=self.wire_format.value, model=self.model)
         return self._sent.weights(messages)

@@ -62,9 +62,15 @@ def _system_text(msg: Message) -> str:
 
 def _image_block(image: Image, fmt: WireFormat) -> dict[str, Any]:
     if fmt is _CHAT:
-        return {"type": "image_url", "image_url": {"url": _data_url(image)}}
+        url: dict[str, str] = {"url": _data_url(image)}
+        if image.detail is not None:
+            url["detail"] = image.detail
+        return {"type": "image_url", "image_url": url}
     if fmt is _RESPONSES:
-        return {"type": "input_image", "image_url": _data_url(image)}
+        block = {"type": "input_image", "image_url": _data_url(image)}
+        if image.detail is not None:
+            block["detail"] = image.detail
+        return block
     if fmt is _ANTHROPIC:
         source: dict[str, str | None]
         if image.data is not None:

@@ -161,6 +161,7 @@ def run_document(result: ReplayResult) -> dict[str, Any]:
         "chars_archived_by_source": archived_by_source(result.stats),
         "chars_lost": result.chars_lost,
         "fact_survival": round(result.fact_survival, COST_DECIMALS),
+        "notes": list(result.notes),
     }
 
 

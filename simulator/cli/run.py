@@ -122,6 +122,10 @@ def _print_report(results: list[ReplayResult], out: Path, names: list[str]) -> N
     if sources is not None:
         print("\nchars archived by source:")
         print(sources)
+    notes = [f"{r.scenario.name} × {r.transcript.name}: {note}" for r in results for note in r.notes]
+    if notes:
+        print("\nnotes:")
+        print("\n".join(f"  {line}" for line in notes))
     unmet = [run_line(r) for r in results if expectation_problems(r)]
     if unmet:
         print("\nruns that miss their scenario's [expect]:")

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire, content_blocks, json_response
+from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire, content_blocks, image_of, json_response
 
 __all__ = ["AnthropicWire"]
 
@@ -128,7 +128,10 @@ class AnthropicWire(Wire):
     def _tally_block(self, block: Mapping[str, Any], tally: Tally) -> None:
         kind = block.get("type")
         if kind == "image":
-            tally.images += 1
+            source = block.get("source") or {}
+            tally.image(
+                image_of(source.get("data"), url=source.get("url"), media_type=source.get("media_type"))
+            )
         elif kind == "tool_use":
             tally.text(block.get("name"))
             tally.json(block.get("input") or {})

@@ -14,7 +14,7 @@ from urllib.parse import unquote
 
 import httpx
 
-from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire, json_response
+from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire, image_of, json_response
 
 __all__ = ["BedrockConverseWire"]
 
@@ -116,7 +116,11 @@ class BedrockConverseWire(Wire):
 
     def _tally_block(self, block: Mapping[str, Any], tally: Tally) -> None:
         if "image" in block or "document" in block:
-            tally.images += 1
+            image = block.get("image") or {}
+            source = image.get("source") or {}
+            media_type = f"image/{image['format']}" if isinstance(image.get("format"), str) else None
+            url = (source.get("s3Location") or {}).get("uri")
+            tally.image(image_of(source.get("bytes"), url=url, media_type=media_type))
         elif "toolUse" in block:
             tally.text(block["toolUse"].get("name"))
             tally.json(block["toolUse"].get("input") or {})

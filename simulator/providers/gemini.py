@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire, json_response
+from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire, image_of, json_response
 
 __all__ = ["GeminiWire"]
 
@@ -81,7 +81,9 @@ class GeminiWire(Wire):
                 raise Invalid(GEMINI_RESPONSE_COUNT, outcome="malformed_history")
             for part in parts:
                 if "inlineData" in part or "fileData" in part:
-                    tally.images += 1
+                    inline, file = part.get("inlineData") or {}, part.get("fileData") or {}
+                    kind = inline.get("mimeType") or file.get("mimeType")
+                    tally.image(image_of(inline.get("data"), url=file.get("fileUri"), media_type=kind))
                 elif "functionCall" in part:
                     tally.text(part["functionCall"].get("name"))
                     tally.json(part["functionCall"].get("args") or {})

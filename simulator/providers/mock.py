@@ -32,7 +32,12 @@ A streamed request (``"stream": true``, Gemini's ``:streamGenerateContent``, Bed
 (:mod:`simulator.providers.streaming`); errors stay plain JSON answers, as on the real APIs.
 
 Tokens are estimated deterministically: ``ceil(chars / chars_per_token)`` over
-every text, tool name, tool argument and tool definition, plus 85 per image.
+every text, tool name, tool argument and tool definition — more for text denser in
+tokens than English (CJK, emoji, base64, minified code:
+:mod:`simulator.providers.tokens`) — plus each image as its provider's published rule
+counts it from the image's header (:mod:`ctxrecover.image_tokens`, the library's own
+table: the budget and the mock count images alike; SPEC §1.2's estimate for a URL or an
+unknown format).
 
 >>> provider = MockProvider("anthropic", context_window=1000, script=["Hello!"])
 >>> client = httpx.Client(transport=httpx.MockTransport(provider))
@@ -59,6 +64,7 @@ from typing import Any
 
 import httpx
 
+from ctxrecover.image_tokens import image_token_cost
 from ctxrecover.messages import ToolCall
 from simulator.providers.anthropic import AnthropicWire
 from simulator.providers.bedrock import BedrockConverseWire
@@ -67,6 +73,7 @@ from simulator.providers.gemini import GeminiWire
 from simulator.providers.openai import OpenAIChatWire, OpenAIResponsesWire
 from simulator.providers.prices import DEFAULT_PRICE, PRICES, Price, Usage, cost, price_for
 from simulator.providers.streaming import StreamOptions, stream_response
+from simulator.providers.tokens import TokenCounter
 from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire
 
 __all__ = [
@@ -179,7 +186,9 @@ class ProviderCall:
 
 
 def estimate_tokens(chars: int, images: int = 0, *, chars_per_token: float = 4.0) -> int:
-    """Deterministic token estimate: ``ceil(chars / chars_per_token) + 85 × images``."""
+    """The estimate for ``chars`` of ordinary text and ``images`` URL-only images (SPEC §1.2's 85 each):
+    ``ceil(chars / chars_per_token) + 85 × images`` (token-dense text and images with a header cost
+    more: :class:`~simulator.providers.tokens.TokenCounter`, :mod:`ctxrecover.image_tokens`)."""
     return math.ceil(chars / chars_per_token) + IMAGE_TOKENS * images
 
 
@@ -367,7 +376,7 @@ class MockProvider:
             return self._record(self.wire.invalid_json(raw), "invalid_request", record)
         model = self.wire.model(body, match.groupdict().get("model"))
         record["model"] = model
-        tally = Tally()
+        tally = Tally(self.chars_per_token, lambda image: image_token_cost(image, self.format, model))
         try:
             try:
                 param, max_tokens = self.wire.max_tokens(body)
@@ -381,7 +390,7 @@ class MockProvider:
             record["message_count"] = tally.message_count
             response = self.wire.error(invalid.message, param=invalid.param, code=invalid.code)
             return self._record(response, invalid.outcome, record)
-        input_tokens = self._tokens(tally.chars, tally.images)
+        input_tokens = tally.tokens
         record.update(message_count=tally.message_count, input_tokens=input_tokens)
         if index in self.rate_limit_calls:
             response = self.wire.rate_limited(model, self.retry_after, input_tokens)
@@ -424,8 +433,10 @@ class MockProvider:
         self.calls.append(ProviderCall(response=response, outcome=outcome, usage=usage, **record))
         return response
 
-    def _tokens(self, chars: int, images: int = 0) -> int:
-        return estimate_tokens(chars, images, chars_per_token=self.chars_per_token)
+    def _counted(self, text: str) -> TokenCounter:
+        counter = TokenCounter(self.chars_per_token)
+        counter.add(text)
+        return counter
 
     def _mint(self, prefix: str, length: int = 24) -> str:
         return prefix + "".join(self._rng.choice(ID_ALPHABET) for _ in range(length))
@@ -442,10 +453,16 @@ class MockProvider:
             c if c.id or not prefix else ToolCall(self._mint(prefix), c.name, c.arguments)
             for c in reply.tool_calls
         )
-        output_tokens = self._tokens(len(text) + sum(len(c.name) + len(c.arguments) for c in calls))
+        output_tokens = self._counted("".join([text, *(c.name + c.arguments for c in calls)])).tokens
         truncated = False
         if limit is not None and output_tokens > limit:
-            text, calls, output_tokens, truncated = text[: int(limit * self.chars_per_token)], (), limit, True
+            counted = self._counted(text)  # cut to the chars of ``limit`` tokens, at the text's own density
+            cut = (
+                int(limit * self.chars_per_token)
+                if not counted.excess
+                else len(text) * limit // counted.tokens
+            )
+            text, calls, output_tokens, truncated = text[:cut], (), limit, True
         read, write = self._cache(tally)
         usage = Usage(parsed.input_tokens - read - write, output_tokens, read, write, parsed.model)
         response_id = self._mint(RESPONSE_ID_PREFIXES[self.format])
@@ -453,8 +470,7 @@ class MockProvider:
 
     def _cache(self, tally: Tally) -> tuple[int, int]:
         """Prompt-cache (read, write) tokens: the longest seen breakpoint prefix is read, the rest written."""
-        eligible = [(digest, self._tokens(chars, images)) for digest, chars, images in tally.breakpoints]
-        eligible = [(d, t) for d, t in eligible if t >= ANTHROPIC_MIN_CACHE_TOKENS]
+        eligible = [(d, t) for d, t in tally.breakpoints if t >= ANTHROPIC_MIN_CACHE_TOKENS]
         if not eligible:
             return 0, 0
         read = max((t for d, t in eligible if d in self._cached_prefixes), default=0)

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire, content_blocks, json_response
+from simulator.providers.wire import Invalid, ReplyParts, Tally, Wire, content_blocks, image_of, json_response
 
 __all__ = ["SYSTEM_FINGERPRINT", "OpenAIChatWire", "OpenAIResponsesWire"]
 
@@ -123,10 +123,10 @@ class OpenAIChatWire(_OpenAIErrors):
         return "max_tokens", None
 
     def __init__(self) -> None:
-        # The message list last analysed in full, with the walk's state after it: (messages, chars,
-        # images, pending call ids, owner). A body that resends those very message objects first (the
-        # mock's PrefixDecoder reuses them) resumes the walk after them instead of redoing it.
-        self._resume: tuple[list[Any], int, int, list[str], int] | None = None
+        # The message list last analysed in full, with the walk's state after it: (messages, (chars,
+        # excess tokens, image tokens), pending call ids, owner). A body that resends those very
+        # message objects first (the mock's PrefixDecoder reuses them) resumes the walk after them.
+        self._resume: tuple[list[Any], tuple[int, float, int], list[str], int] | None = None
 
     def analyse(self, body: Mapping[str, Any], tally: Tally) -> None:
         if not body.get("model"):
@@ -144,8 +144,8 @@ class OpenAIChatWire(_OpenAIErrors):
         start = 0
         resume = self._resume
         if resume is not None and isinstance(messages, list) and _resends(messages, resume[0]):
-            start, tally.chars, tally.images = len(resume[0]), resume[1], resume[2]
-            pending, owner = list(resume[3]), resume[4]
+            start, tally.counter.chars, tally.counter.excess, tally.image_tokens = len(resume[0]), *resume[1]
+            pending, owner = list(resume[2]), resume[3]
         for i in range(start, len(messages)):
             message = messages[i]
             role = message.get("role")
@@ -173,15 +173,18 @@ class OpenAIChatWire(_OpenAIErrors):
                     tally.text(function.get("arguments"))
             content = message.get("content")
             if isinstance(content, str):  # the common case, without building a text block
-                tally.chars += len(content)
+                tally.counter.add(content)
                 continue
             for part in content_blocks(content):
                 if isinstance(part, dict) and part.get("type") == "image_url":
-                    tally.images += 1
+                    url = part.get("image_url")
+                    url = url if isinstance(url, dict) else {"url": url}
+                    tally.image(image_of(url=url.get("url"), detail=url.get("detail")))
                 elif isinstance(part, dict):
                     tally.text(part.get("text"))
         if isinstance(messages, list):
-            self._resume = (list(messages), tally.chars, tally.images, list(pending), owner)
+            counted = (tally.counter.chars, tally.counter.excess, tally.image_tokens)
+            self._resume = (list(messages), counted, list(pending), owner)
         if pending:
             raise Invalid(
                 OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),
@@ -285,7 +288,7 @@ class OpenAIResponsesWire(_OpenAIErrors):
                     )
                 for part in content_blocks(item.get("content")):
                     if isinstance(part, dict) and part.get("type") == "input_image":
-                        tally.images += 1
+                        tally.image(image_of(url=part.get("image_url"), detail=part.get("detail")))
                     elif isinstance(part, dict):
                         tally.text(part.get("text"))
             elif kind != "reasoning":

@@ -2,25 +2,28 @@
 
 A format's ``analyse`` validates a request the way the real API does and raises
 :class:`Invalid` for what the API would refuse; :class:`~simulator.providers.mock.MockProvider`
-turns it into that provider's own error response. :class:`Tally` counts chars and
-images and also hashes content blocks, to find prompt-cache breakpoints.
+turns it into that provider's own error response. :class:`Tally` counts input tokens (text
+and images) and also hashes content blocks, to find prompt-cache breakpoints.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import httpx
 
-from ctxrecover.messages import ToolCall
+from ctxrecover.image_tokens import IMAGE_MIN_TOKENS, estimate_image_tokens
+from ctxrecover.messages import IMAGE_DETAILS, Image, ToolCall
 from simulator.providers.prices import Usage
+from simulator.providers.tokens import TokenCounter
 
-__all__ = ["Invalid", "ReplyParts", "Tally", "Wire", "content_blocks", "json_response"]
+__all__ = ["Invalid", "ReplyParts", "Tally", "Wire", "content_blocks", "image_of", "json_response"]
 
 
 class Invalid(Exception):
@@ -43,20 +46,39 @@ class Invalid(Exception):
 
 @dataclass(slots=True)
 class Tally:
-    """Chars and images of a request, plus prompt-cache breakpoints (hash, chars, images)."""
+    """The input tokens of a request as the mock counts them, plus prompt-cache breakpoints (hash, tokens).
 
+    Text goes through a :class:`~simulator.providers.tokens.TokenCounter` (English at
+    ``chars_per_token``, token-dense text as tokenizers count it); each image costs what its
+    provider's published rule says (``price``, by default SPEC §1.2's estimate).
+    """
+
+    chars_per_token: float = 4.0
+    price: Callable[[Image], int] = estimate_image_tokens
     message_count: int = 0
-    chars: int = 0
-    images: int = 0
-    breakpoints: list[tuple[str, int, int]] = field(default_factory=list)
+    image_tokens: int = 0
+    counter: TokenCounter = field(init=False)
+    breakpoints: list[tuple[str, int]] = field(default_factory=list)
     _digest: Any = field(default_factory=hashlib.sha256)
+
+    def __post_init__(self) -> None:
+        self.counter = TokenCounter(self.chars_per_token)
+
+    @property
+    def tokens(self) -> int:
+        """Input tokens so far: text and images."""
+        return self.counter.tokens + self.image_tokens
 
     def text(self, value: object) -> None:
         if isinstance(value, str):
-            self.chars += len(value)
+            self.counter.add(value)
 
     def json(self, value: object) -> None:
-        self.chars += _json_len(value)
+        self.counter.add(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+    def image(self, image: Image | None) -> None:
+        """Count one image block (``None``: a block whose image cannot be read, at SPEC §1.2's 85)."""
+        self.image_tokens += self.price(image) if image is not None else IMAGE_MIN_TOKENS
 
     def block(self, block: object, *, breakpoint_after: bool = False) -> None:
         """Feed one content block to the prompt-cache hash; mark a breakpoint after it."""
@@ -64,11 +86,27 @@ class Tally:
             block = {k: v for k, v in block.items() if k != "cache_control"}
         self._digest.update(json.dumps(block, sort_keys=True, ensure_ascii=False).encode())
         if breakpoint_after:
-            self.breakpoints.append((self._digest.copy().hexdigest(), self.chars, self.images))
+            self.breakpoints.append((self._digest.copy().hexdigest(), self.tokens))
 
 
-def _json_len(value: object) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+DATA_URL_RE = re.compile(r"data:(?P<media_type>[^;,]*);base64,(?P<data>.*)", re.DOTALL)
+
+
+def image_of(
+    data: object = None, *, url: object = None, media_type: object = None, detail: object = None
+) -> Image | None:
+    """The :class:`Image` an image block sends (inline base64 ``data`` or a ``url``, a ``data:`` URL read as
+    data), or None when it holds neither."""
+    kind = media_type if isinstance(media_type, str) else "image/png"
+    level = detail if detail in IMAGE_DETAILS else None
+    if isinstance(url, str):
+        found = DATA_URL_RE.fullmatch(url)
+        if found is not None:
+            return Image(data=found["data"], media_type=found["media_type"] or kind, detail=level)
+        return Image(url=url, media_type=kind, detail=level)
+    if isinstance(data, str):
+        return Image(data=data, media_type=kind, detail=level)
+    return None
 
 
 def content_blocks(content: object) -> list[Any]:

@@ -31,6 +31,10 @@ field                  the replay must show
 ``final_max_tokens``   the ``max_tokens`` of the last request sent (e.g. lowered to a model's output cap)
 ``requests_over_cap``  how many requests were sent above the payload cap the session had learned by then
                        (a cap it cannot keep, e.g. one below its own system prompt): usually 0
+``own_workload``       the fields above that describe the scenario's own ``[workload]`` transcript only
+                       (its sizes, turns and content): replayed over another transcript, the matrix
+                       tier (:mod:`simulator.research.workload_matrix`) reports them apart from the
+                       fields that hold on any workload
 =====================  ===============================================================================
 
 >>> expect = Expectation("recovered", rejected_requests=(1,), cap_learned=True)
@@ -116,6 +120,7 @@ EXPECT_FIELDS: Mapping[str, str] = MappingProxyType(
         "withheld": "parts withheld as content the gateway refused",
         "final_max_tokens": "the max_tokens of the last request",
         "requests_over_cap": "requests sent above the learned payload cap",
+        "own_workload": "the fields that describe the scenario's own workload only",
     }
 )
 # printf conversions of the SPEC texts (%s, %d, %.1f, %%) and what each stands for in a shown line.
@@ -179,51 +184,72 @@ class Expectation:
     withheld: int | None = None
     final_max_tokens: int | None = None
     requests_over_cap: int | None = None
+    own_workload: tuple[str, ...] = ()
 
     def problems(self, seen: Observed) -> list[str]:
         """How ``seen`` falls short of this expectation, one readable line per unmet field."""
-        problems = []
+        return [problem for _field, problem in self.field_problems(seen)]
+
+    def field_problems(self, seen: Observed) -> list[tuple[str, str]]:
+        """:meth:`problems` as ``(field, problem)`` pairs, so a reader can tell the ``own_workload`` rows."""
+        problems: list[tuple[str, str]] = []
         if seen.outcome != self.outcome:
-            problems.append(f"outcome {seen.outcome}, expected {self.outcome}")
+            problems.append(("outcome", f"outcome {seen.outcome}, expected {self.outcome}"))
         kinds = seen.failure_kinds
         if self.failure_kind is not None and (not kinds or kinds[0] != self.failure_kind):
-            problems.append(f"first failure {kinds[0] if kinds else 'none'}, expected {self.failure_kind}")
+            first = kinds[0] if kinds else "none"
+            problems.append(("failure_kind", f"first failure {first}, expected {self.failure_kind}"))
         if self.compaction_level is not None and (seen.compaction_level or 0) != self.compaction_level:
             problems.append(
-                f"compaction level {seen.compaction_level or 'none'}, expected "
-                f"{self.compaction_level or 'none'}"
+                (
+                    "compaction_level",
+                    f"compaction level {seen.compaction_level or 'none'}, expected "
+                    f"{self.compaction_level or 'none'}",
+                )
             )
         if self.rejected_requests is not None and seen.rejected_requests != self.rejected_requests:
             problems.append(
-                f"rejected requests per episode {list(seen.rejected_requests)}, expected "
-                f"{list(self.rejected_requests)}"
+                (
+                    "rejected_requests",
+                    f"rejected requests per episode {list(seen.rejected_requests)}, expected "
+                    f"{list(self.rejected_requests)}",
+                )
             )
         if self.cap_learned is not None and (seen.learned_cap is not None) != self.cap_learned:
             problems.append(
-                f"payload cap learned ({seen.learned_cap:,} bytes), expected none"
-                if seen.learned_cap is not None
-                else "no payload cap learned, expected one"
+                (
+                    "cap_learned",
+                    f"payload cap learned ({seen.learned_cap:,} bytes), expected none"
+                    if seen.learned_cap is not None
+                    else "no payload cap learned, expected one",
+                )
             )
         if self.content_blocks is not None:
-            problems += self._content_block_problems(seen.content_blocks)
+            problems += [("content_blocks", p) for p in self._content_block_problems(seen.content_blocks)]
         if self.withheld is not None and seen.withheld != self.withheld:
-            problems.append(f"{seen.withheld} part(s) withheld, expected {self.withheld}")
+            problems.append(("withheld", f"{seen.withheld} part(s) withheld, expected {self.withheld}"))
         if self.final_max_tokens is not None and seen.final_max_tokens != self.final_max_tokens:
             problems.append(
-                f"last request's max_tokens {seen.final_max_tokens}, expected {self.final_max_tokens}"
+                (
+                    "final_max_tokens",
+                    f"last request's max_tokens {seen.final_max_tokens}, expected {self.final_max_tokens}",
+                )
             )
         if self.requests_over_cap is not None and seen.requests_over_cap != self.requests_over_cap:
             problems.append(
-                f"{seen.requests_over_cap} request(s) sent above the learned payload cap, "
-                f"expected {self.requests_over_cap}"
+                (
+                    "requests_over_cap",
+                    f"{seen.requests_over_cap} request(s) sent above the learned payload cap, "
+                    f"expected {self.requests_over_cap}",
+                )
             )
         if self.summarizer is not None:
-            problems += self._summarizer_problems(seen.summarizer_calls)
+            problems += [("summarizer", p) for p in self._summarizer_problems(seen.summarizer_calls)]
         for text in self.notices:
             if not any(notice_pattern(text).fullmatch(line) for line in seen.lines):
-                problems.append(f"no line shown matches {text!r}")
+                problems.append(("notices", f"no line shown matches {text!r}"))
         if self.floor_warning and not any(line.startswith(FLOOR_WARNING_PREFIX) for line in seen.lines):
-            problems.append("no floor warning notice")
+            problems.append(("floor_warning", "no floor warning notice"))
         return problems
 
     def _content_block_problems(self, blocks: tuple[tuple[int | None, int | None], ...]) -> list[str]:
@@ -275,10 +301,23 @@ def _rejected_requests(value: object) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def _own_workload(value: object) -> tuple[str, ...]:
+    fields = [name for name in EXPECT_FIELDS if name != "own_workload"]
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise FieldProblem(f"own_workload must be a list of [expect] field names, got {value!r}")
+    for name in value:
+        if name not in fields:
+            raise FieldProblem(
+                f"own_workload names {name!r}, which is not an [expect] field ({', '.join(fields)})"
+            )
+    return tuple(value)
+
+
 READERS: Mapping[str, Callable[[object], object]] = MappingProxyType(
     {
         "notices": _notices,
         "rejected_requests": _rejected_requests,
+        "own_workload": _own_workload,
     }
 )
 ANNOTATIONS: Mapping[str, str] = MappingProxyType(
@@ -324,6 +363,9 @@ def expectation_from_table(table: Mapping[str, Any], where: str) -> Expectation:
         ):
             if name in values and values[name] < least:
                 raise FieldProblem(f"{name} must be an integer >= {least}, got {values[name]}")
+        unset = [name for name in values.get("own_workload", ()) if name not in values]
+        if unset:
+            raise FieldProblem(f"own_workload names {unset[0]!r}, which this [expect] table does not set")
     except FieldProblem as exc:
         raise ScenarioError(f"{where} {exc}") from None
     return Expectation(**values)

@@ -52,6 +52,7 @@ BodyCap(probability=1.0, from_turn=1, until_turn=None, min_bytes=0, limit=104857
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import tomllib
@@ -86,6 +87,8 @@ from simulator.resources import data_dir
 __all__ = [
     "Expectation",
     "FAILURE_KINDS",
+    "MOVED_FAULT_NOTE",
+    "MOVED_PLANT_NOTE",
     "OUTCOMES",
     "ProviderSpec",
     "SCENARIOS_DIR",
@@ -153,6 +156,9 @@ DEFAULT_CONTEXT_WINDOWS: Mapping[str, int] = MappingProxyType(
     }
 )
 WORKLOAD_SIZE_FIELDS = frozenset({"history_bytes", "system_prompt_bytes"})
+# What Scenario.fitted says when a planted turn lies beyond the transcript it replays.
+MOVED_PLANT_NOTE = "[workload] plant_turn %d is beyond the transcript's %d turns: planted before turn %d"
+MOVED_FAULT_NOTE = "fault #%d (%s) from_turn %d is beyond the transcript's %d turns: it starts at turn %d"
 POLICY_SIZE_FIELDS = frozenset({"assumed_payload_cap", "payload_cap"})
 TOO_DEEP = "arrays or tables nested too deeply"
 
@@ -224,6 +230,34 @@ class Scenario:
     ) -> Middlebox:
         """A :class:`Middlebox` with this scenario's faults (seed defaults to the scenario's)."""
         return Middlebox(upstream, self.faults, seed=self.seed if seed is None else seed, sleep=sleep)
+
+    def fitted(self, turns: int) -> tuple[Scenario, tuple[str, ...]]:
+        """This scenario on a transcript of ``turns`` turns, and what had to move to fit it.
+
+        A planted turn the transcript does not reach — ``[workload] plant_turn``, a fault's
+        ``from_turn`` — moves to the nearest turn that exists, the last one (a fault's window
+        starts there; an ``until_turn`` beyond it ends there too), so a scenario applies to any
+        workload. Each move is one note (:data:`MOVED_PLANT_NOTE`, :data:`MOVED_FAULT_NOTE`);
+        a scenario that fits is returned as is, with no notes.
+        """
+        if turns < 1:
+            raise ScenarioError(
+                f"scenario {self.name!r}: a transcript of {turns} turns has nothing to replay"
+            )
+        notes: list[str] = []
+        workload = self.workload
+        if workload.plant_turn is not None and workload.plant_turn > turns:
+            notes.append(MOVED_PLANT_NOTE % (workload.plant_turn, turns, turns))
+            workload = dataclasses.replace(workload, plant_turn=turns)
+        faults = list(self.faults)
+        for index, fault in enumerate(faults):
+            if fault.from_turn > turns:
+                notes.append(MOVED_FAULT_NOTE % (index + 1, fault.kind, fault.from_turn, turns, turns))
+                until = None if fault.until_turn is None else turns
+                faults[index] = dataclasses.replace(fault, from_turn=turns, until_turn=until)
+        if not notes:
+            return self, ()
+        return dataclasses.replace(self, workload=workload, faults=tuple(faults)), tuple(notes)
 
     def build_provider(self, script: Script | None = None, *, seed: int | None = None) -> MockProvider:
         """A :class:`MockProvider` as the ``[provider]`` section describes."""

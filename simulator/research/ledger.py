@@ -50,7 +50,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simulator.research.pieces import (
+    DATA_URL_RE,
     EDGE_POOLS,
+    IMAGE,
     POOL_FIELDS,
     Edge,
     Piece,
@@ -67,6 +69,9 @@ if TYPE_CHECKING:
 __all__ = ["LOSS_FIELDS", "LossLedger", "Losses"]
 
 LOSS_FIELDS: tuple[str, ...] = ("role", "content", "tool_name", "call_id", "arguments", "image")
+# The order in which an entry's occurrences (capped by its writes) serve the kinds of edge reaching it.
+EDGE_ORDER: tuple[int, ...] = tuple(range(len(EDGE_POOLS)))
+IMAGE_FIRST: tuple[int, ...] = (IMAGE, *(pool for pool in EDGE_ORDER if pool != IMAGE))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +99,13 @@ class Losses:
 class _Node:
     """One archive entry, parsed once, and the occurrences it stands for now."""
 
-    __slots__ = ("credit", "edges", "inflow", "occurrences", "offers", "pieces", "rank", "text")
+    __slots__ = ("credit", "edges", "inflow", "occurrences", "offers", "order", "pieces", "rank", "text")
 
     def __init__(self, text: str | None, edges: list[Edge], pieces: list[Piece], rank: int) -> None:
         self.text = text
         self.offers = offered_values(text) if text else ()  # the text as each edge pool reads it
+        # the pools its occurrences serve first: a data: URL is an image to whoever recalls it
+        self.order = IMAGE_FIRST if text and DATA_URL_RE.match(text) else EDGE_ORDER
         self.edges = edges
         self.pieces = pieces
         self.rank = rank  # above every entry it points to: parents settle before children
@@ -275,10 +282,10 @@ class LossLedger:
         if self.track_writes:
             total = min(total, self._writes[key])
         node.occurrences = total
-        credit, left = [total], total
-        for inflow in node.inflow:  # the text is offered to the pools of the edges that reach it, in order
-            credit.append(min(inflow, left))
-            left -= credit[-1]
+        credit, left = [total] + [0] * len(EDGE_POOLS), total
+        for kind in node.order:  # the text is offered to the pools of the edges that reach it, in order
+            credit[1 + kind] = min(node.inflow[kind], left)
+            left -= credit[1 + kind]
         old, node.credit = node.credit, tuple(credit)
         if credit[0] != old[0]:
             for piece in node.pieces:

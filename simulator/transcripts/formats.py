@@ -9,11 +9,12 @@ Claude Code's per-block assistant events of one API message are merged back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any, cast
 
-from ctxrecover.messages import Image, Message, Role, ToolCall
+from ctxrecover.messages import IMAGE_DETAILS, Image, Message, Role, ToolCall
 from simulator.transcripts.model import (
     MESSAGE_ROLES,
     Loc,
@@ -101,10 +102,13 @@ def _openai_content(value: Any, loc: Loc) -> tuple[str, tuple[Image, ...]]:
             texts.append(text)
         elif kind in OPENAI_IMAGE_PARTS:
             url = part.get(kind)
+            detail = url.get("detail") if isinstance(url, dict) else part.get("detail")
             url = url.get("url") if isinstance(url, dict) else url
             if not isinstance(url, str):
                 raise part_loc.bad_field(kind, 'an image URL (a string or {"url": ...})', url)
-            images.append(_image_from_url(url))
+            if detail is not None and detail not in IMAGE_DETAILS:
+                raise part_loc.bad_field("detail", one_of(list(IMAGE_DETAILS)), detail)
+            images.append(dataclasses.replace(_image_from_url(url), detail=detail))
         else:
             known = sorted([*OPENAI_TEXT_PARTS, *OPENAI_IMAGE_PARTS])
             raise part_loc.bad_field("type", one_of(known), kind if isinstance(part, dict) else part)

@@ -120,6 +120,15 @@ FEEDBACK_HEADER = "Stop hook feedback:\n[hooks/stop.sh]: quality gate found {cou
 RECALL_REQUEST = "That earlier output was cleared from my context; recalling it: @recall {marker}"
 REASONING_TEMPLATE = "<reasoning>{text}</reasoning>\n\n"
 SCREENSHOT_SIZES: tuple[tuple[int, int], ...] = ((320, 200), (640, 360), (800, 600))
+# Full-screen captures (large_screenshots): what a real desktop or laptop screen sends.
+LARGE_SCREENSHOT_SIZES: tuple[tuple[int, int], ...] = ((1366, 768), (1920, 1080), (2560, 1440))
+# Token-dense text (dense_text): prose in these Faker locales, emoji, base64 payloads, minified code.
+DENSE_LOCALES: tuple[str, ...] = ("zh_CN", "ja_JP")  # Faker locales whose prose is CJK (ko_KR's is Latin)
+EMOJI: tuple[str, ...] = ("✅", "🚀", "🔥", "⚠️", "🐛", "📦", "🎉", "❌", "👀", "💡")
+BASE64_COMMAND = "base64 -w0 {path}"
+BASE64_BYTES = (1_500, 6_000)  # raw bytes of a base64 payload printed by a tool
+MINIFIED_SUFFIX = ".min.js"
+MINIFIED_LINE_CHARS = 2_000
 CODE_TEMPLATES: tuple[str, ...] = (
     "import {a}",
     "from {a}.{b} import {c}",
@@ -162,6 +171,8 @@ def generate_session(
     recall_every: int = DEFAULT_OPTIONS["recall_every"],
     feedback_every: int = DEFAULT_OPTIONS["feedback_every"],
     image_detail: float = 0.0,
+    dense_text: float = 0.0,
+    large_screenshots: bool = False,
 ) -> Transcript:
     """A synthetic agent session; the same arguments give an equal transcript.
 
@@ -177,7 +188,10 @@ def generate_session(
     every ``feedback_every``-th starts with hook feedback (0 turns a feature off).
     ``image_detail`` is the share of each screenshot row drawn as pixel detail (see
     :func:`make_png`): 0 gives small PNGs of flat bands, about 0.1 PNGs as heavy as real
-    screenshots of a UI (tens to hundreds of KB).
+    screenshots of a UI (tens to hundreds of KB); ``large_screenshots`` captures whole
+    screens (up to 2560 × 1440) instead of windows. ``dense_text`` is the share of texts
+    written dense in tokens per char: prose in Chinese or Japanese with emoji,
+    commands that print base64 payloads, reads of minified JavaScript.
     """
     options = {
         "system_prompt_chars": system_prompt_chars,
@@ -193,8 +207,13 @@ def generate_session(
         "recall_every": recall_every,
         "feedback_every": feedback_every,
     }
-    if image_detail:  # recorded only when used, so the sessions made before it regenerate byte for byte
+    # recorded only when used, so the sessions made before them regenerate byte for byte
+    if image_detail:
         options["image_detail"] = image_detail
+    if dense_text:
+        options["dense_text"] = dense_text
+    if large_screenshots:
+        options["large_screenshots"] = True
     _validate(seed, turns, replies, options)
     builder = _SessionBuilder(seed, options)
     builder.system_prompt()
@@ -307,6 +326,9 @@ def _validate(seed: int, turns: int | None, replies: int | None, options: dict[s
     detail = options.get("image_detail", 0.0)
     if not 0.0 <= detail <= 1.0:
         raise ValueError(f"image_detail is a share of each row: give a value in [0, 1], got {detail}")
+    dense = options.get("dense_text", 0.0)
+    if not 0.0 <= dense <= 1.0:
+        raise ValueError(f"dense_text is a share of texts: give a value in [0, 1], got {dense}")
 
 
 @dataclass(slots=True)
@@ -327,6 +349,10 @@ class _SessionBuilder:
         self.rng = random.Random(seed)
         self.fake = Faker()
         self.fake.seed_instance(seed)
+        self.dense = float(options.get("dense_text", 0.0))
+        self.dense_fake = Faker(list(DENSE_LOCALES)) if self.dense else None
+        if self.dense_fake is not None:
+            self.dense_fake.seed_instance(seed)
         self.opt = options
         self.messages: list[Message] = []
         self.replies = 0  # assistant messages so far: each is one replay turn
@@ -355,11 +381,19 @@ class _SessionBuilder:
     def _call_id(self) -> str:
         return f"call_{self.rng.getrandbits(96):024x}"
 
+    def _dense(self) -> bool:
+        """Whether the next text is written dense in tokens (drawn only when dense_text is on)."""
+        return bool(self.dense) and self.rng.random() < self.dense
+
     def _prose(self, chars: int) -> str:
         paragraphs: list[str] = []
         total = 0
+        dense = self._dense()
         while total < chars:
             paragraph = self.fake.paragraph(nb_sentences=self.rng.randint(3, 7))
+            if dense and self.dense_fake is not None:
+                paragraph = self.dense_fake.paragraph(nb_sentences=self.rng.randint(3, 7))
+                paragraph += " " + "".join(self.rng.choices(EMOJI, k=self.rng.randint(1, 4)))
             paragraphs.append(paragraph)
             total += len(paragraph) + 2
         return "\n\n".join(paragraphs)
@@ -427,7 +461,9 @@ class _SessionBuilder:
             self._fact("ticket", ticket)
         images: tuple[Image, ...] = ()
         if with_image:
-            width, height = self.rng.choice(SCREENSHOT_SIZES)
+            width, height = self.rng.choice(
+                LARGE_SCREENSHOT_SIZES if self.opt.get("large_screenshots") else SCREENSHOT_SIZES
+            )
             detail = self.opt.get("image_detail", 0.0)
             png = make_png(width, height, seed=self.rng.getrandbits(32), detail=detail)
             images = (Image(data=base64.b64encode(png).decode("ascii"), media_type="image/png"),)
@@ -541,7 +577,11 @@ class _SessionBuilder:
         path = self._new_path()
         target = int(self.opt["big_read_chars"] * self.rng.uniform(0.6, 1.4))
         count = max(MIN_FILE_LINES, target // APPROX_LINE_CHARS)
-        if path.endswith(".md"):
+        if self._dense():  # a bundle as a build emits it: long lines, no spaces
+            path = path.rsplit(".", 1)[0] + MINIFIED_SUFFIX
+            count = max(MIN_FILE_LINES, target // MINIFIED_LINE_CHARS)
+            lines = [self._minified_line(target // count) for _ in range(count)]
+        elif path.endswith(".md"):
             lines = [self.fake.sentence(nb_words=self.rng.randint(4, 12)) for _ in range(count)]
         else:
             lines = [self._code_line() for _ in range(count)]
@@ -553,7 +593,21 @@ class _SessionBuilder:
         self.files[path] = file
         return file
 
+    def _minified_line(self, chars: int) -> str:
+        parts: list[str] = []
+        while sum(map(len, parts)) < chars:
+            a, b, c, d = (self._word()[:3] for _ in range(4))
+            n, m = self.rng.randint(0, 99), self.rng.randint(0, 9)
+            parts.append(f"function {a}{n}({b},{c}){{return {b}.{d}({c},{{x:{n},y:[{m},{n % 7}]}})}};")
+        return "".join(parts)
+
     def _command_result(self, call_id: str, command: str) -> None:
+        if self._dense():  # a payload printed as base64 (an asset, a key, a blob from an API)
+            path = f"{self.rng.choice(self.dirs)}/{self._word()}.bin"
+            raw = self.rng.randbytes(self.rng.randint(*BASE64_BYTES))
+            command = BASE64_COMMAND.format(path=path)
+            self._append_tool(call_id, f"$ {command}\n{base64.b64encode(raw).decode('ascii')}")
+            return
         lines = [f"$ {command}"]
         while sum(len(line) + 1 for line in lines) < self.opt["small_result_chars"]:
             test = f"{self._word()}.py::{self._word()}_{self._word()}"

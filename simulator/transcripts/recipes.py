@@ -74,6 +74,22 @@ FIXTURE_RECIPES: tuple[FixtureRecipe, ...] = (
         {"image_every": 1, "image_detail": 0.1},
     ),
     FixtureRecipe(
+        "dense-text-400k.jsonl",
+        110,
+        23,
+        "coding session where 60% of the texts are dense in tokens per char: Chinese and Japanese "
+        "prose with emoji, base64 payloads printed by commands, reads of minified JavaScript",
+        {"dense_text": 0.6},
+    ),
+    FixtureRecipe(
+        "screens-600k.jsonl",
+        111,
+        10,
+        "coding session with a full-screen capture (1366 × 768 to 2560 × 1440) on every user task, early "
+        "ones inside the ranges a summary covers",
+        {"image_every": 1, "image_detail": 0.004, "large_screenshots": True},
+    ),
+    FixtureRecipe(
         "big-reads-3500k.jsonl",
         107,
         70,

@@ -303,11 +303,22 @@ def test_plant_text_goes_at_the_head_of_the_newest_message_before_that_turn() ->
     assert sum(bool(SQL.search(m.content)) for m in shaped.messages) == 1
 
 
-def test_a_plant_beyond_the_transcript_or_without_text_is_an_error() -> None:
+def test_a_plant_beyond_the_transcript_moves_to_its_last_turn_in_a_replay_and_the_notes_say_so() -> None:
     scenario = load_scenario("waf-content-block-after-large-bodies")
     beyond = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, plant_turn=999))
     with pytest.raises(ReplayError, match="plant_turn 999 is beyond the transcript's 26 turns"):
-        replay(None, beyond)
+        shape_transcript(workload_transcript(scenario), beyond)  # shaping alone does not fit
+    result = replay(None, beyond)
+    assert result.notes == (
+        "[workload] plant_turn 999 is beyond the transcript's 26 turns: planted before turn 26",
+    )
+    assert result.scenario.workload.plant_turn == 26 and result.turns == 26
+    turns, _ = split_turns(result.replayed.messages)
+    assert turns[-1].inputs[-1].content.startswith(scenario.workload.plant_text + "\n")
+    assert result.chars_lost == 0
+
+
+def test_a_plant_without_text_is_an_error() -> None:
     with pytest.raises(ScenarioError, match=r"\[workload\] plant_turn needs plant_text"):
         scenario_from_document(
             {

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from ctxrecover.archive import MemoryArchive, extract_keys, recall
-from ctxrecover.classify import Failure, classify
+from ctxrecover.classify import Failure, FailureKind, classify
 from ctxrecover.errors import ConfigError
 from ctxrecover.events import Event, EventBus, Notice
 from ctxrecover.messages import Image, Message, ToolCall
@@ -603,3 +603,27 @@ def test_a_content_block_names_the_newest_message_of_the_conversation_never_the_
     # Nothing but the library's own: the newest message, as before.
     assert newest_conversation_message([Message.system("sys"), Message.user(PAYLOAD_NOTICE)]) == 1
     assert newest_conversation_message([]) == -1
+
+
+def test_the_last_rung_keeps_no_inline_image_so_a_window_smaller_than_the_kept_images_still_recovers() -> (
+    None
+):
+    """The ladder's last attempt keeps the last 4 messages; their screenshots can alone exceed the window
+    (5 full-screen captures ≈ 8,000 tokens on Anthropic). Archived behind their notes, recallable, they no
+    longer weigh on the retry (issue 26, anthropic-200k-overflow × screens-600k). Fails until the turn
+    engine archives every inline image before the last rung (the recover.py diff of the branch's report)."""
+    shot = Image(data="iVBORw0KGgoAAAANSUhEUgAACgAAAAWgCAIAAAD" + "A" * 40_000)
+    history = [Message.user("fix the layout", images=(shot,))]
+    for turn in range(4):
+        history += [Message.assistant(f"step {turn}"), Message.user(f"now this one {turn}", images=(shot,))]
+    archive = MemoryArchive()
+    ladder = RecoveryLadder.default(DEFAULT_POLICY)
+    ctx = RecoveryContext.from_policy(DEFAULT_POLICY, archive)
+    result = recover(
+        history, Failure(FailureKind.CONTEXT_OVERFLOW), len(ladder), ladder=ladder, ctx=ctx, events=EventBus()
+    )
+    assert [m for m in result.history if m.images] == []
+    notes = [key for m in result.history for key in extract_keys(m.content)]
+    assert any(
+        recall(archive, f"<<ccr:{key}>>").found.get(key, "").endswith(shot.data or "") for key in notes
+    )

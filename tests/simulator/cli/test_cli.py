@@ -643,3 +643,24 @@ def test_numeric_options_refuse_bad_values_naming_what_they_expect(
 
 def test_numeric_options_accept_their_values() -> None:
     assert (positive_int_arg("3"), seed_arg("0"), seconds_arg("0.5")) == (3, 0, 0.5)
+
+
+def test_run_says_in_its_notes_where_a_planted_turn_moved(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # issue 26 item 4: a scenario applies to any workload; its plant moves to the transcript's last turn
+    argv = (
+        "run",
+        "--transcripts",
+        "openai-chat-porto-trip",
+        "--scenarios",
+        "waf-content-block-after-large-bodies",
+        "--no-figures",
+        "--report-only",
+    )
+    code, out, _ = run_cli(capsys, *argv, "--out", str(tmp_path / "a"))
+    note = "[workload] plant_turn 14 is beyond the transcript's 3 turns: planted before turn 3"
+    assert code == 0
+    assert f"notes:\n  waf-content-block-after-large-bodies × openai-chat-porto-trip: {note}\n" in out
+    code, stdout, _ = run_cli(capsys, *argv, "--json", "--out", str(tmp_path / "b"))
+    assert json.loads(stdout)["runs"][0]["notes"] == [note]

@@ -102,7 +102,7 @@ def _tally(wire: object, body: dict[str, object]) -> tuple[int, int, int]:
 
     tally = Tally()
     wire.analyse(body, tally)  # type: ignore[attr-defined]
-    return tally.message_count, tally.chars, tally.images
+    return tally.message_count, tally.counter.chars, tally.image_tokens
 
 
 def test_openai_chat_analysis_resumes_after_the_very_messages_it_saw_last() -> None:

@@ -72,6 +72,7 @@ def test_the_fields_table_documents_every_field() -> None:
         "withheld",
         "final_max_tokens",
         "requests_over_cap",
+        "own_workload",
     ]
     assert set(EXPECT_FIELDS) == {f.name for f in dataclasses.fields(Expectation)}
     doc = expectation_module.__doc__ or ""
@@ -88,7 +89,7 @@ ERRORS = [
         "[expect] has unknown key 'notces'; valid keys: outcome, failure_kind, "
         "compaction_level, rejected_requests, cap_learned, summarizer, notices, floor_warning, "
         "content_blocks, withheld, "
-        "final_max_tokens, requests_over_cap",
+        "final_max_tokens, requests_over_cap, own_workload",
     ),
     (
         'notices = "⚠ Recoverable failure (%s)"\n',

@@ -558,3 +558,34 @@ def test_parse_fault_spec_errors_are_clear(spec: str, message: str) -> None:
 
 def test_scenario_errors_are_value_errors() -> None:
     assert issubclass(ScenarioError, ValueError)
+
+
+# -- fitted to any transcript (issue 26 item 4) ----------------------------------------------------------
+def test_a_plant_beyond_the_transcript_moves_to_its_last_turn_and_says_so() -> None:
+    scenario = load_scenario("waf-content-block-after-large-bodies")
+    fitted, notes = scenario.fitted(3)
+    assert scenario.workload.plant_turn == 14 and fitted.workload.plant_turn == 3
+    assert notes == ("[workload] plant_turn 14 is beyond the transcript's 3 turns: planted before turn 3",)
+    assert fitted.workload.plant_text == scenario.workload.plant_text and fitted.faults == scenario.faults
+
+
+def test_a_fault_window_beyond_the_transcript_starts_at_its_last_turn() -> None:
+    scenario = load_scenario("rate-limit-429")  # a 429 on turn 3 only
+    (fault,) = scenario.faults
+    assert (fault.from_turn, fault.until_turn) == (3, 3)
+    fitted, notes = scenario.fitted(2)
+    assert [(f.from_turn, f.until_turn) for f in fitted.faults] == [(2, 2)]
+    assert notes == (
+        "fault #1 (rate-limit-429) from_turn 3 is beyond the transcript's 2 turns: it starts at turn 2",
+    )
+    open_ended = load_scenario("header-431")  # from turn 2 on
+    fitted, notes = open_ended.fitted(1)
+    assert [(f.from_turn, f.until_turn) for f in fitted.faults] == [(1, None)] and len(notes) == 1
+
+
+def test_a_scenario_that_fits_is_itself_with_no_notes() -> None:
+    scenario = load_scenario("rate-limit-429")
+    assert scenario.fitted(3) == (scenario, ())
+    assert load_scenario("nginx-1m-413").fitted(1) == (load_scenario("nginx-1m-413"), ())
+    with pytest.raises(ScenarioError, match="a transcript of 0 turns has nothing to replay"):
+        scenario.fitted(0)

@@ -313,6 +313,26 @@ def test_write_counts_make_a_redundant_reference_count_once() -> None:
     assert lost(original, final, store) == Losses(role=len("tool"), call_id=len("call_2"))  # counted twice
 
 
+def test_an_image_written_once_and_also_quoted_in_a_summary_is_kept() -> None:
+    # images-2m × cloudflare-waf-403 (issue 26): archive_images writes a screenshot once and leaves its
+    # note; a summary quotes the note (a content edge) and the summarized message's range keeps the note
+    # (an image edge). One write stands for one occurrence, and recall of that entry gives the image back
+    # however the marker was quoted: the image reader is served first.
+    original = agent_conversation()
+    store = CountingArchive()
+    ledger = LossLedger(store, track_writes=True)
+    store.on_write = ledger.archived
+    ledger.add_originals(original)
+    moved, _ = archive_images(original, archive=store, keep_recent=1)
+    note = moved[5].content.splitlines()[-1]
+    summary = Message.user(f"[summary] the user showed the screen: {note}", is_summary=True)
+    final = [moved[0], summary, *moved[1:]]
+    final[6] = Message.user(f"[{marker(archive_range(store, [moved[5]]))}]")
+    ledger.observe(final)
+    assert ledger.losses == Losses()
+    assert lost(original, final, store) == Losses()
+
+
 def test_an_entry_written_after_its_marker_was_seen_is_counted_once_written() -> None:
     original = agent_conversation()
     store = CountingArchive()

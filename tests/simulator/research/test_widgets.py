@@ -148,7 +148,9 @@ OTHER_VALUES = {
     "keep_recent": 2,
     "emergency_keep_messages": 4,
     "microcompact_truncate_turns": 3,
-    "microcompact_summarize_turns": 10,
+    # sooner than the default: with its token-dense logs counted as such, the opening run truncates so
+    # often that summarizing at 6 or 10 turns changes nothing; at 3 it does
+    "microcompact_summarize_turns": 3,
     "payload_cap": 16384,
 }
 

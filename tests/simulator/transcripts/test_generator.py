@@ -15,8 +15,10 @@ import faker
 import pytest
 
 from ctxrecover.archive import archive_key, marker
+from ctxrecover.image_tokens import image_dimensions
 from ctxrecover.messages import Image, Message
 from ctxrecover.sizes import estimate_image_tokens
+from simulator.providers.tokens import TokenCounter
 from simulator.transcripts.generator import (
     FACT_KINDS,
     FILE_HEADER,
@@ -43,6 +45,8 @@ FIXTURE_SIZES = {
     "small-tools-1m.jsonl": 1_000_000,
     "images-2m.jsonl": 2_000_000,
     "screenshots-1m.jsonl": 1_000_000,
+    "dense-text-400k.jsonl": 400_000,
+    "screens-600k.jsonl": 650_000,
     "big-reads-3500k.jsonl": 3_500_000,
     "marathon-5m.jsonl": 5_000_000,
 }
@@ -361,6 +365,13 @@ def test_fixture_shapes_differ_as_described():
     assert sum(len(m.images) for m in load("images-2m.jsonl").messages) >= 20
     shots = [len(i.data or "") for m in load("screenshots-1m.jsonl").messages for i in m.images]
     assert len(shots) >= 6 and min(shots) > 20_000 and max(shots) > 128 * 1024  # one is over a 128 KB WAF
+    dense = "".join(m.content for m in load("dense-text-400k.jsonl").messages)
+    counter = TokenCounter()
+    counter.add(dense)
+    assert counter.chars / counter.tokens < 3.0  # English is 4 chars a token: this is far denser
+    assert re.search(r"[\u4e00-\u9fff]{8}", dense) and "base64 -w0" in dense and ".min.js" in dense
+    screens = [i for m in load("screens-600k.jsonl").messages for i in m.images]
+    assert len(screens) >= 8 and all(image_dimensions(i.data or "")[0] >= 1366 for i in screens)  # type: ignore[index]
     small = load("small-tools-1m.jsonl").messages
     results = sorted(len(m.content) for m in small if m.role == "tool")
     assert len(results) > 500 and results[len(results) // 2] < 1_000
@@ -383,3 +394,19 @@ def test_small_fixtures_regenerate_byte_for_byte(tmp_path, filename):
     recipe = next(r for r in FIXTURE_RECIPES if r.filename == filename)
     write_fixtures(tmp_path, recipes=(recipe,))
     assert (tmp_path / filename).read_bytes() == (FIXTURES / filename).read_bytes()
+
+
+def test_dense_text_and_large_screenshots_are_options_recorded_only_when_used():
+    plain = generate_session(seed=9, turns=6, image_every=2)
+    dense = generate_session(seed=9, turns=6, image_every=2, dense_text=1.0, large_screenshots=True)
+    assert (
+        "dense_text" not in plain.metadata["options"] and "large_screenshots" not in plain.metadata["options"]
+    )
+    assert dense.metadata["options"]["dense_text"] == 1.0 and dense.metadata["options"]["large_screenshots"]
+    text = "".join(m.content for m in dense.messages[1:])
+    counter = TokenCounter()
+    counter.add(text)
+    assert counter.chars / counter.tokens < 3.0
+    assert all(image_dimensions(i.data or "")[0] >= 1366 for m in dense.messages for i in m.images)  # type: ignore[index]
+    with pytest.raises(ValueError, match=r"dense_text is a share of texts: give a value in \[0, 1\], got 2"):
+        generate_session(seed=5, turns=1, dense_text=2)
