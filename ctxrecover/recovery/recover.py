@@ -71,7 +71,7 @@ def recover(
     payload_notice: bool = False,
 ) -> RecoveryResult:
     """One rewrite of the history for a rejected request (SPEC §6 steps 4–6): inline images outside
-    the last ``policy.nuclear_keep_messages`` messages archived, the ladder step for ``attempt``
+    the last ``policy.nuclear_keep_messages`` messages archived (every one at the ladder's last rung), the ladder step for ``attempt``
     (1-based; it archives what it drops), and the payload notice message when ``payload_notice``
     is set (skipped when any message already carries :data:`PAYLOAD_LIMIT_MARKER`).
 
@@ -79,7 +79,8 @@ def recover(
     and undo snapshot, the ``PreCompact``/``PostCompact`` hooks — is the turn's
     (:mod:`ctxrecover.turn.rejection`), decided once there. The input history is never mutated.
     """
-    keep = ctx.policy.nuclear_keep_messages
+    # the last rung keeps no inline image: a window smaller than the kept images must still recover
+    keep = 0 if ladder.level_for(attempt) == len(ladder) else ctx.policy.nuclear_keep_messages
     imageless, images = archive_images(history, archive=ctx.archive, keep_recent=keep)
     new_history, report = ladder(imageless, attempt, dataclasses.replace(ctx, failure=failure))
     if images.images_archived and not report.changed:

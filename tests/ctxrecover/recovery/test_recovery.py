@@ -610,8 +610,7 @@ def test_the_last_rung_keeps_no_inline_image_so_a_window_smaller_than_the_kept_i
 ):
     """The ladder's last attempt keeps the last 4 messages; their screenshots can alone exceed the window
     (5 full-screen captures ≈ 8,000 tokens on Anthropic). Archived behind their notes, recallable, they no
-    longer weigh on the retry (issue 26, anthropic-200k-overflow × screens-600k). Fails until the turn
-    engine archives every inline image before the last rung (the recover.py diff of the branch's report)."""
+    longer weigh on the retry (issue 26, anthropic-200k-overflow × screens-600k)."""
     shot = Image(data="iVBORw0KGgoAAAANSUhEUgAACgAAAAWgCAIAAAD" + "A" * 40_000)
     history = [Message.user("fix the layout", images=(shot,))]
     for turn in range(4):
@@ -619,9 +618,7 @@ def test_the_last_rung_keeps_no_inline_image_so_a_window_smaller_than_the_kept_i
     archive = MemoryArchive()
     ladder = RecoveryLadder.default(DEFAULT_POLICY)
     ctx = RecoveryContext.from_policy(DEFAULT_POLICY, archive)
-    result = recover(
-        history, Failure(FailureKind.CONTEXT_OVERFLOW), len(ladder), ladder=ladder, ctx=ctx, events=EventBus()
-    )
+    result = recover(history, Failure(FailureKind.CONTEXT_OVERFLOW), len(ladder), ladder=ladder, ctx=ctx)
     assert [m for m in result.history if m.images] == []
     notes = [key for m in result.history for key in extract_keys(m.content)]
     assert any(
