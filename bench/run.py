@@ -177,8 +177,8 @@ def _p3(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     quick_size = {"messages": QUICK_P3_MESSAGES, "target_bytes": QUICK_P3_BYTES, "repeats": QUICK_REPEATS}
     raw = bench_peers.run(**(quick_size if quick else {}))
     label = (
-        "P3 recovery Level 2 on a history that entered through a Session ÷ LangChain trim_messages "
-        "(5 MB → last 10 msgs)"
+        "P3 recovery Level 2 on a history that entered through a Session, given the facts the session "
+        "hands ÷ LangChain trim_messages (5 MB → last 10 msgs)"
     )
     if raw.get("skipped"):
         return raw, [Measure("P3.session", label, None, "< 1", None, raw["skipped"])]
@@ -186,13 +186,30 @@ def _p3(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     session_detail = (
         f"Level 2 {raw['session_level2_ms']:.2f} ms (archives "
         f"{raw['session_level2_archived_chars'] / MIB:.1f} MB, dropped "
-        f"{raw['session_level2_dropped_chars'] / MIB:.1f} MB) vs trim_messages "
-        f"{raw['langchain_l2_ms']:.2f} ms (drops and loses it); parts timed alone: {parts}"
+        f"{raw['session_level2_dropped_chars'] / MIB:.1f} MB of {raw['session_messages']:,} messages) vs "
+        f"trim_messages {raw['langchain_l2_ms']:.2f} ms (drops and loses it); parts timed alone: {parts}"
     )
     archived, lost = raw["level3_archived_chars"] / MIB, raw["langchain_lost_chars"] / MIB
     cold = "cold caches (fresh messages that never entered a Session, keys hashed at cut time)"
     return raw, [
         Measure("P3.session", label, raw["ratio_session"], "< 1", raw["passed_session"], session_detail),
+        Measure(
+            "P3.session_recomputing",
+            "P3 the same Level 2 without the handed facts (each step scans the history) ÷ LangChain",
+            raw["ratio_session_recomputing"],
+            "—",
+            None,
+            f"{raw['session_level2_recomputing_ms']:.2f} ms",
+        ),
+        Measure(
+            "P3.session_accounted",
+            "P3 the same Level 2 with the session archive counting recovery's writes, as a turn runs it "
+            "÷ LangChain",
+            raw["ratio_session_accounted"],
+            "—",
+            None,
+            f"{raw['session_level2_accounted_ms']:.2f} ms",
+        ),
         Measure(
             "P3.level3_cold",
             f"P3 compaction Level 3 on {cold} ÷ LangChain",
