@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from ctxrecover.archive.keys import archive_key, extract_keys, has_marker
@@ -94,11 +94,13 @@ class ListDelta:
     Positions below ``kept`` hold the same messages (equal, usually the very same
     objects) except those in ``replaced``, which hold new ones; whatever the old
     list held from ``kept`` on is gone, and the new list's messages from ``kept``
-    on are new (appended, or a rewritten tail).
+    on are new (appended, or a rewritten tail). ``identical``: every position below
+    ``kept`` holds the very same object in both lists.
     """
 
     kept: int
     replaced: tuple[int, ...] = ()
+    identical: bool = False
 
 
 def list_delta(
@@ -115,7 +117,9 @@ def list_delta(
     new = new if isinstance(new, list) else list(new)
     common = min(len(old), len(new))
     if common == 0:
-        return ListDelta(0)
+        return ListDelta(0, identical=True)
+    if all(map(is_, old, new)):  # the usual turn: pointers compared, no message (nor a slice) touched
+        return ListDelta(common, identical=True)
     head_old = old if len(old) == common else old[:common]
     head_new = new if len(new) == common else new[:common]
     if head_old == head_new:

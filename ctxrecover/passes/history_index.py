@@ -141,7 +141,8 @@ class HistoryIndex:
             self.replace(position, history[position])
         for position in range(len(self.messages), len(history)):
             self.append(history[position])
-        self.messages = list(history)  # hold the very objects shown (equal ones count as unchanged)
+        if not delta.identical:
+            self.messages = list(history)  # hold the very objects shown (equal ones count as unchanged)
 
     def truncate(self, length: int) -> None:
         """Forget positions ``length`` and on."""
