@@ -18,12 +18,22 @@ It reports (b)/(a); the target is < 1 (faster while also archiving what it drops
 
 **P3.session** — the cut users hit: recovery Level 2
 (:class:`~ctxrecover.recovery.Level2`: pairing repair, keep the last
-``emergency_keep_messages``, archive the dropped range, repair again) on a history
-whose messages entered through a :class:`~ctxrecover.session.Session` (so each
-message's archive keys were computed as it was appended, untimed, as a
-conversation spreads them over its turns), against ``trim_messages`` keeping the
-same messages (budget: the system prompt plus the last ten messages' characters).
-Target < 1, everything Level 2 drops archived.
+``emergency_keep_messages``, archive the dropped range, repair again) as a session's
+recovery runs it (``ctxrecover.turn.rejection``): on P1's ~5 MB, 2,000-message history
+(:func:`bench_turn.build_history`, which the turn-boundary passes leave whole) after it
+entered through :meth:`Session.add <ctxrecover.session.Session.add>` (each message's
+archive keys computed as it was appended) and the session completed a turn with it (its
+passes indexed the history), all untimed — the state a rejected request finds. The step
+gets the facts the session hands (:meth:`TurnPasses.facts
+<ctxrecover.passes.turn.TurnPasses.facts>`: pairing validity, content chars, system
+messages and what archiving a range stores, kept at the cost of what changed) and
+writes to the session's archive. Against ``trim_messages`` keeping the same messages of
+the same history (budget: the system prompt plus the last ten messages' characters).
+Target < 1, everything Level 2 drops archived. For reference: ``P3.session_recomputing``,
+the same step without the handed facts (each step scans the history itself: what the
+handed state saves), and ``P3.session_accounted``, the step with its writes attributed to
+recovery as the turn runs it, so the session archive also counts what each source
+archived (``SessionStats.chars_archived_by_source``: a set operation over the members' keys).
 For reference: the same Level 3 with an archive that stores nothing (what the cut
 itself costs, without the content-addressing of the dropped text: UTF-8 encoding and
 sha256 of megabytes) and a whole :meth:`HistoryCompactor.compact` without a summarizer
@@ -36,6 +46,7 @@ not failed. Run it with ``python bench/bench_peers.py``; ``run()`` returns the m
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import statistics
@@ -43,20 +54,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import bench_turn
 from bench_compaction import build_history
 
-from ctxrecover.archive import Archive, MemoryArchive, archive_range
+from ctxrecover.archive import Archive, MemoryArchive, SessionArchive
 from ctxrecover.compaction import HistoryCompactor
 from ctxrecover.messages import Message
-from ctxrecover.passes.pairing import validate_pairing
+from ctxrecover.passes.facts import HistoryFacts
 from ctxrecover.passes.shrink import shrink_to_budget
-from ctxrecover.passes.truncate import emergency_truncate
+from ctxrecover.passes.truncate import emergency_truncate, keep_last
 from ctxrecover.policy import DEFAULT_POLICY
 from ctxrecover.recovery import Level2, RecoveryContext
-from ctxrecover.recovery.ladder import content_chars
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
-from ctxrecover.wire import WireFormat
 
 MESSAGES = 2_000
 TARGET_BYTES = 5 * 1024 * 1024
@@ -103,27 +113,42 @@ def ctxrecover_compactor(history: list[Message], budget: int) -> list[Message]:
     return compactor.compact(history, budget_chars=budget, keep_recent=KEEP_RECENT).history
 
 
-class _NoSender:
-    """The sender of a Session that never completes a turn (P3.session only cuts its history)."""
-
-    wire_format = WireFormat.OPENAI_CHAT
-    model = "bench-model"
-
-    def send(self, request: Any) -> Any:
-        raise AssertionError("P3.session sends nothing")
+SESSION_TURN = Message.user("Now run the tests again and tell me what fails.")
+# (name, the facts the session hands, the session archive's per-source accounting) of each Level 2 timed
+VARIANTS = (("handed", True, False), ("recomputing", False, False), ("accounted", True, True))
 
 
-def session_history(history: list[Message], archive: MemoryArchive) -> tuple[Session, list[Message]]:
-    """``history`` entered through a Session (archive keys computed on append) and the session's copy."""
-    session = Session(_NoSender(), archive=archive)
-    for message in history:
+def session_after_a_turn(history: list[Message]) -> Session:
+    """``history`` entered through :meth:`Session.add` (archive keys computed on append), then one
+    completed turn (its passes indexed it): the session a rejected request finds."""
+    session, _, _ = bench_turn.make_session(history[:1])
+    for message in history[1:]:
         session.add(message)
-    return session, session.history
+    session.add(SESSION_TURN)
+    session.complete()
+    return session
 
 
-def session_level2(session: Session, history: list[Message]) -> list[Message]:
-    """Recovery Level 2 on the session's history with the session's archive (as its ladder runs it)."""
-    kept, _ = Level2()(history, RecoveryContext.from_policy(session.policy, session.archive))
+def recovery_context(session: Session, facts: HistoryFacts | None) -> RecoveryContext:
+    """The context the session's recovery builds (``ctxrecover.turn.rejection``), with ``facts``."""
+    return RecoveryContext(
+        policy=session.policy,
+        archive=session.archive,
+        tool_result_budget_chars=session.tool_result_budget_chars,
+        tool_result_max_chars=session.tool_result_max_chars,
+        facts=facts,
+    )
+
+
+def session_level2(session: Session, *, handed: bool = True, accounted: bool = False) -> list[Message]:
+    """Recovery Level 2 on the session's history with the session's archive: given the facts the
+    session hands (``handed``; without them the step scans the history itself); with ``accounted``
+    the writes are attributed to recovery as the turn does it, so the session archive also counts
+    what each source archived (``SessionStats.chars_archived_by_source``)."""
+    history = session.conversation.history
+    ctx = recovery_context(session, session.passes.facts(history) if handed else None)
+    with session.archive.attributed("recovery") if accounted else contextlib.nullcontext():
+        kept, _ = Level2()(history, ctx)
     return kept
 
 
@@ -133,16 +158,27 @@ def _dropped_chars(before: list[Message], after: list[Message]) -> int:
     return sum(len(m.content) for m in before if id(m) not in kept)
 
 
-def level2_parts(entered: list[Message], kept: list[Message]) -> dict[str, float]:
-    """Seconds of Level 2's parts, each timed alone on the same history (the profile of P3.session):
-    the pairing check (run twice: before and after the cut), the content-chars count of its report,
-    and archiving the dropped range (keys memoized on append: an index entry and dict updates)."""
-    survivors = {id(m) for m in kept}
-    dropped = [m for m in entered if id(m) not in survivors and m.role != "system"]
+def level2_parts(session: Session) -> dict[str, float]:
+    """Seconds of Level 2's parts, each timed alone on the same session (the profile of P3.session):
+    the facts the session hands (what changed since its last look); the cut (``keep_last`` given those
+    facts, into a fresh archive); within it, storing the dropped range's members by their memoized
+    keys (``put_keyed`` of the handed parts); and the same through a session archive counting
+    recovery's writes (the accounting ``P3.session_accounted`` adds)."""
+    history = session.conversation.history
+    facts = session.passes.facts(history)
+    keep = DEFAULT_POLICY.emergency_keep_messages
+    members = facts.range_parts(1, len(history) - keep).members
+
+    def counted_put() -> None:
+        archive = SessionArchive(MemoryArchive(), on_archived=lambda source, chars: None)
+        with archive.attributed("recovery"):
+            archive.put_keyed(members)
+
     timed = {
-        "validate_pairing": lambda: validate_pairing(entered),
-        "content_chars": lambda: content_chars(entered),
-        "archive_range": lambda: archive_range(MemoryArchive(), dropped),
+        "facts": lambda: session.passes.facts(history),
+        "keep_last": lambda: keep_last(history, keep, archive=MemoryArchive(), facts=facts),
+        "put_members": lambda: MemoryArchive().put_keyed(members),
+        "counted_put_members": counted_put,
     }
     return {part: _timed(fn)[0] for part, fn in timed.items()}
 
@@ -199,6 +235,56 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, out
 
 
+def measure_session(*, messages: int, target_bytes: int, repeats: int) -> dict[str, Any]:
+    """P3.session: Level 2 as a session's recovery runs it, with and without the facts it hands, and
+    ``trim_messages`` to the same kept messages, alternately on the same history (medians)."""
+    history = bench_turn.build_history(messages=messages, target_bytes=target_bytes)
+    trim = langchain_trim(level2_budget(history))
+    converted = to_langchain(history)
+    times: dict[str, list[float]] = {"langchain": [], "handed": [], "recomputing": [], "accounted": []}
+    parts: dict[str, list[float]] = {}
+    kept_lc: list[Any] = []
+    entered: list[Message] = []
+    kept: list[Message] = []
+    archived = 0
+    for _ in range(repeats):
+        for name, handed, accounted in VARIANTS:
+            session = session_after_a_turn(
+                bench_turn.build_history(messages=messages, target_bytes=target_bytes)
+            )
+            store = session.archive.store
+            assert isinstance(store, MemoryArchive)
+            before, entered = store.total_chars, session.conversation.history
+            elapsed, kept = _timed(
+                lambda: session_level2(session, handed=handed, accounted=accounted)  # noqa: B023
+            )
+            times[name].append(elapsed)
+            if name == "handed":
+                archived = store.total_chars - before
+        elapsed, kept_lc = _timed(lambda: trim(converted))
+        times["langchain"].append(elapsed)
+        for part, seconds in level2_parts(session_after_a_turn(history)).items():
+            parts.setdefault(part, []).append(seconds)
+    ms = {name: statistics.median(samples) * 1e3 for name, samples in times.items()}
+    dropped = _dropped_chars(entered, kept)
+    return {
+        "session_messages": len(entered),
+        "langchain_l2_ms": ms["langchain"],
+        "session_level2_ms": ms["handed"],
+        "session_level2_recomputing_ms": ms["recomputing"],
+        "ratio_session": ms["handed"] / ms["langchain"],
+        "ratio_session_recomputing": ms["recomputing"] / ms["langchain"],
+        "session_level2_accounted_ms": ms["accounted"],
+        "ratio_session_accounted": ms["accounted"] / ms["langchain"],
+        "session_level2_parts_ms": {part: statistics.median(v) * 1e3 for part, v in parts.items()},
+        "langchain_l2_kept_messages": len(kept_lc),
+        "session_level2_kept_messages": len(kept),
+        "session_level2_dropped_chars": dropped,
+        "session_level2_archived_chars": archived,
+        "passed_session": ms["handed"] / ms["langchain"] < TARGET_RATIO and archived >= dropped,
+    }
+
+
 def run(
     *, messages: int = MESSAGES, target_bytes: int = TARGET_BYTES, repeats: int = REPEATS
 ) -> dict[str, Any]:
@@ -222,15 +308,7 @@ def run(
         "level3": [],
         "level3_no_archive": [],
         "compactor": [],
-        "langchain_l2": [],
-        "session_level2": [],
     }
-    trim_l2 = langchain_trim(level2_budget(history))
-    kept_l2: list[Message] = []
-    kept_lc_l2: list[Any] = []
-    session_archive = MemoryArchive()
-    entered: list[Message] = []
-    parts: dict[str, list[float]] = {}
     kept_lc: list[Any] = []
     kept: list[Message] = []
     archive = MemoryArchive()
@@ -247,16 +325,6 @@ def run(
         fresh = build_history(messages=messages, target_bytes=target_bytes)
         elapsed, _ = _timed(lambda: ctxrecover_compactor(fresh, budget))  # noqa: B023
         times["compactor"].append(elapsed)
-        elapsed, kept_lc_l2 = _timed(lambda: trim_l2(converted))
-        times["langchain_l2"].append(elapsed)
-        session_archive = MemoryArchive()
-        session, entered = session_history(
-            build_history(messages=messages, target_bytes=target_bytes), session_archive
-        )
-        elapsed, kept_l2 = _timed(lambda: session_level2(session, entered))  # noqa: B023
-        times["session_level2"].append(elapsed)
-        for part, elapsed in level2_parts(entered, kept_l2).items():
-            parts.setdefault(part, []).append(elapsed)
     ms = {name: statistics.median(samples) * 1e3 for name, samples in times.items()}
     lc_chars = sum(len(m.content) for m in kept_lc)
     result.update(
@@ -273,17 +341,8 @@ def run(
         level3_kept_messages=len(kept),
         level3_kept_chars=total_weight(kept),
         level3_archived_chars=archive.total_chars,
-        langchain_l2_ms=ms["langchain_l2"],
-        session_level2_ms=ms["session_level2"],
-        ratio_session=ms["session_level2"] / ms["langchain_l2"],
-        session_level2_parts_ms={part: statistics.median(v) * 1e3 for part, v in parts.items()},
-        langchain_l2_kept_messages=len(kept_lc_l2),
-        session_level2_kept_messages=len(kept_l2),
-        session_level2_dropped_chars=_dropped_chars(entered, kept_l2),
-        session_level2_archived_chars=session_archive.total_chars,
+        **measure_session(messages=messages, target_bytes=target_bytes, repeats=repeats),
     )
-    archived_all = result["session_level2_archived_chars"] >= result["session_level2_dropped_chars"]
-    result["passed_session"] = result["ratio_session"] < TARGET_RATIO and archived_all
     result["passed"] = result["ratio_langchain"] < TARGET_RATIO and result["level3_kept_chars"] <= budget
     return result
 

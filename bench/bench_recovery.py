@@ -7,13 +7,14 @@ smallest rejected size) and the ``summarize-everything`` baseline (OpenHands'
 summarizing condenser: the whole history but the last two messages becomes one LLM
 summary, nothing archived).
 
-- **P5** — rejected requests per failure episode (an episode is a run of rejected
-  attempts of one turn, :func:`simulator.research.metrics.episodes`) over *every*
-  episode kind — 413, WAF 403, content blocks, suspected-payload EOF/resets, 503s
-  masking a 413, 431s, tight caps, context overflows, rate limits — for the ¾ rule
-  and bisection side by side, with a breakdown by first failure kind and the
-  episodes that cost more than one request. Target ≤ 1.1 (physical limit 1: the
-  first rejection is how a limit is discovered).
+- **P5** — rejected requests against the oracle (:mod:`simulator.research.oracle`): for each
+  failure episode the fewest rejected requests any policy obeying SPEC §§6, 11 and 12 could need
+  (1 for an unambiguous signal, 2 for a session's first ambiguous network failure and 1 for later
+  ones, 1 + ⌈log2 n⌉ for a content block among n new parts), over *every* episode kind — 413,
+  WAF 403, content blocks, suspected-payload EOF/resets, 503s masking a 413, 431s, tight caps,
+  context overflows, rate limits — for the ¾ rule and bisection side by side: Σ rejected ÷ Σ
+  oracle (target ≤ 1.05 for the default), with the absolute mean per episode beside it, a
+  breakdown by first failure kind and the episodes that cost more than the oracle.
 - **P6** — summarizer USD per 100 completed turns, default ÷ summarize-everything,
   over the scenarios where both policies end the same way (equal recovery success).
   Target ≤ 0.5. Beside the cost: summarizer calls, chars lost, fact survival (planted
@@ -36,16 +37,16 @@ from simulator.proxy.scenario import list_scenarios, load_scenario
 from simulator.replay import ReplayResult, replay
 from simulator.research.baselines import BASELINES
 from simulator.research.metrics import episodes
+from simulator.research.oracle import versus_oracle
 from simulator.research.retention import fact_survival
 
-PLAIN_RETRY_KINDS = frozenset({"transient_network"})  # SPEC §6: one plain retry before compacting
 POLICIES = {  # key → baseline name (None: the default policy)
     "three_quarters": None,
     "bisection": "cap-bisection",
     "summarize_everything": "summarize-everything",
 }
 EPISODE_COLUMNS = ["first_failure_kind", "rejected_requests", "recovered"]
-TARGET_REJECTED_PER_EPISODE = 1.1
+TARGET_VERSUS_ORACLE = 1.05
 TARGET_COST_RATIO = 0.5
 TURNS_PER_UNIT = 100
 
@@ -75,25 +76,20 @@ def _mean(values: list[int]) -> float | None:
 
 
 def efficiency(results: dict[str, ReplayResult]) -> dict[str, Any]:
-    """P5 numbers for one policy: every episode kind, with a breakdown by kind and by scenario.
-
-    ``plain_retries`` counts the second request of each reset/503 episode (``transient_network``)
-    that was rejected again: SPEC §6 retries a transient failure once as it was before compacting,
-    so that request is spent by rule; ``rejected_per_episode_after_plain_retry`` leaves it out.
-    """
+    """P5 numbers for one policy: rejected requests against the oracle (``oracle``:
+    :func:`simulator.research.oracle.versus_oracle`), and per failure episode of
+    :func:`simulator.research.metrics.episodes` with a breakdown by kind."""
     rows = episode_rows(results)
     by_kind: dict[str, list[int]] = {}
     for row in rows:
         by_kind.setdefault(row["kind"], []).append(row["rejected"])
-    plain = sum(1 for r in rows if r["kind"] in PLAIN_RETRY_KINDS and r["rejected"] > 1)
     rejected = sum(r["rejected"] for r in rows)
     return {
+        "oracle": versus_oracle(results),
         "episodes": len(rows),
         "rejected": rejected,
         "rejected_per_episode": _mean([r["rejected"] for r in rows]),
         "recovered_episodes": sum(r["recovered"] for r in rows),
-        "plain_retries": plain,
-        "rejected_per_episode_after_plain_retry": (rejected - plain) / len(rows) if rows else None,
         "by_kind": {
             kind: {"episodes": len(v), "rejected_per_episode": statistics.fmean(v)}
             for kind, v in sorted(by_kind.items())
@@ -162,15 +158,13 @@ def run(*, scenarios: Sequence[str] | None = None) -> dict[str, Any]:
         for scope in SUMMARY_SCOPES
     }
     p5 = {key: efficiency(matrix[key]) for key in ("three_quarters", "bisection")}
-    p5_ok = all(
-        m["rejected_per_episode"] is not None and m["rejected_per_episode"] <= TARGET_REJECTED_PER_EPISODE
-        for m in p5.values()
-    )
+    ratio_p5 = p5["three_quarters"]["oracle"]["ratio"]
+    p5_ok = ratio_p5 is not None and ratio_p5 <= TARGET_VERSUS_ORACLE
     return {
         "benchmark": "P5/P6 recovery efficiency and summarizer cost",
         "scenarios": names,
         "outcomes": {key: {name: r.outcome for name, r in rs.items()} for key, rs in matrix.items()},
-        "P5": {**p5, "target": TARGET_REJECTED_PER_EPISODE, "passed": p5_ok},
+        "P5": {**p5, "target": TARGET_VERSUS_ORACLE, "passed": p5_ok},
         "P6": {
             "equal_outcome_scenarios": equal,
             "default": p6_default,
@@ -189,19 +183,22 @@ def run(*, scenarios: Sequence[str] | None = None) -> dict[str, Any]:
 def main() -> int:
     result = run()
     p5, p6 = result["P5"], result["P6"]
-    print(f"P5 — rejected requests per failure episode, every kind ({len(result['scenarios'])} scenarios)")
-    print(f"{'cap learning':<16}{'episodes':>9}{'rejected/ep':>13}{'recovered':>11}{'w/o plain retry':>17}")
+    print(f"P5 — rejected requests against the oracle, every kind ({len(result['scenarios'])} scenarios)")
+    print(f"{'cap learning':<16}{'episodes':>9}{'rejected':>9}{'oracle':>8}{'ratio':>7}{'rejected/ep':>13}")
     for key, label in (("three_quarters", "¾ rule"), ("bisection", "bisection")):
-        m = p5[key]
+        m = p5[key]["oracle"]
         print(
-            f"{label:<16}{m['episodes']:>9}{m['rejected_per_episode']:>13.2f}{m['recovered_episodes']:>11}"
-            f"{m['rejected_per_episode_after_plain_retry']:>17.2f}"
+            f"{label:<16}{m['episodes']:>9}{m['rejected']:>9}{m['oracle']:>8}{m['ratio']:>7.2f}"
+            f"{m['mean_rejected']:>13.2f}"
         )
         for kind, k in m["by_kind"].items():
-            print(f"  {kind:<22}{k['episodes']:>4} episodes {k['rejected_per_episode']:.2f}")
-        for row in m["over_one"]:
-            print(f"  > 1: {row['scenario']} ({row['kind']}): {row['rejected']} rejected")
-    print(f"target ≤ {p5['target']} — {'PASS' if p5['passed'] else 'FAIL'}")
+            print(f"  {kind:<22}{k['episodes']:>4} episodes {k['rejected']} rejected, oracle {k['oracle']}")
+        for row in m["over_oracle"]:
+            print(
+                f"  over: {row['scenario']} turn {row['turn']}: {row['rejected']} rejected, "
+                f"oracle {row['oracle']}"
+            )
+    print(f"target ≤ {p5['target']} (¾ rule) — {'PASS' if p5['passed'] else 'FAIL'}")
     equal = len(p6["equal_outcome_scenarios"])
     print(f"\nP6 — summarizer USD per {TURNS_PER_UNIT} turns on {equal} scenarios with equal outcomes")
     print(f"{'scenario':<28}{'default $':>11}{'bisection $':>13}{'summ.-all $':>13}")

@@ -6,8 +6,9 @@ the session must produce it (``session.complete()``), and the scenario's mock
 provider answers with exactly that recorded message (text and tool calls with their
 ids), so the session's history stays aligned with the transcript. Requests go
 through a real :class:`~ctxrecover.transport.HttpxSender` and the scenario's
-:class:`~simulator.proxy.middlebox.Middlebox`, in process (``httpx.MockTransport``) or
-over a real loopback TCP server; every request carries the ``x-ctxsim-turn``
+:class:`~simulator.proxy.middlebox.Middlebox`, in process (an httpx client that hands each
+request to the middlebox, :class:`~simulator.proxy.inprocess.InProcessClient`) or over a real
+loopback TCP server; every request carries the ``x-ctxsim-turn``
 header (1-based) so turn-keyed faults work on both, and a fake API key so its
 headers are as large as a real client's. Retry back-offs are not slept.
 
@@ -58,7 +59,7 @@ from ctxrecover.policy import DEFAULT_POLICY, Policy
 from ctxrecover.session import Session
 from simulator.providers.mock import ParsedRequest, Reply
 from simulator.proxy.expectation import Observed
-from simulator.proxy.inprocess import DEFAULT_MOCK_BASE_URL, mount_inprocess
+from simulator.proxy.inprocess import DEFAULT_MOCK_BASE_URL, InProcessClient, mount_inprocess
 from simulator.proxy.loopback import TURN_HEADER, LoopbackServer
 from simulator.proxy.middlebox import Middlebox
 from simulator.proxy.scenario import Expectation, Scenario, load_scenario
@@ -97,6 +98,9 @@ TRANSPORTS: tuple[str, ...] = ("inprocess", "loopback")
 # Where the gateway comes from: the scenario's mock faults, or the real program a scenario names (engine =).
 ENGINE_TIERS: tuple[str, ...] = ("mock", "real")
 REAL_TIER_MAX_BODY = 64 * 1024 * 1024  # the mock behind a real engine takes whatever the engine lets through
+# The middlebox behind httpx.MockTransport and the whole httpx client stack: what "inprocess" does in
+# fewer steps (InProcessClient), kept as the reference a test compares every scenario's records with.
+REFERENCE_TRANSPORT = "inprocess-httpx"
 # Sent like a real client's key (its header counts against header-size caps); never a real key.
 REPLAY_API_KEY = "sk-ctxsim-replay-not-a-real-key"
 
@@ -299,6 +303,23 @@ def _header_turn(request: httpx.Request) -> int:
     return int(request.headers.get(TURN_HEADER, "1"))
 
 
+def _client(
+    stack: ExitStack, transport: str, box: Middlebox, turn_header: Callable[[httpx.Request], None]
+) -> tuple[str, httpx.Client]:
+    """The base URL and the client a replay posts through, entered on ``stack`` (see :data:`TRANSPORTS`)."""
+    options: dict[str, Any] = {"trust_env": False, "event_hooks": {"request": [turn_header]}}
+    if transport == "loopback":
+        server = stack.enter_context(LoopbackServer(box))
+        # plain HTTP on 127.0.0.1: skip loading a TLS trust store (~20 ms per replay)
+        client = httpx.Client(transport=httpx.HTTPTransport(verify=False), **options)
+        return server.base_url, stack.enter_context(client)
+    if transport == REFERENCE_TRANSPORT:
+        client = httpx.Client(transport=mount_inprocess(box), **options)
+    else:
+        client = InProcessClient(box, **options)
+    return DEFAULT_MOCK_BASE_URL, stack.enter_context(client)
+
+
 def replay(
     transcript: Transcript | str | Path | None,
     scenario: Scenario | str | Path,
@@ -318,8 +339,11 @@ def replay(
     (:func:`workload_transcript`); ``scenario`` a :class:`Scenario` or a bundled
     name or path. The scenario's ``[policy]`` overrides apply on top of ``policy``.
     ``seed`` seeds the middlebox and the mock provider (None: the scenario's seed).
-    ``transport`` is ``inprocess`` (``httpx.MockTransport``) or ``loopback`` (a real
-    TCP server on 127.0.0.1). ``on_event`` sees every library event and every
+    ``transport`` is ``inprocess`` (an :class:`~simulator.proxy.inprocess.InProcessClient` hands
+    each request to the middlebox) or ``loopback`` (a real TCP server on 127.0.0.1);
+    ``inprocess-httpx`` (:data:`REFERENCE_TRANSPORT`, not offered by the CLI) puts the middlebox
+    behind ``httpx.MockTransport`` and the whole httpx client stack, the reference ``inprocess``
+    is tested against (the same records). ``on_event`` sees every library event and every
     finished attempt as a :class:`ReplayEvent`, as they happen. ``policy_name``
     labels the run (default: the strategy's name, else ``default``).
 
@@ -336,7 +360,7 @@ def replay(
     """
     if engines not in ENGINE_TIERS:
         raise ReplayError(f"unknown engines {engines!r}; use one of {', '.join(ENGINE_TIERS)}")
-    if transport not in TRANSPORTS:
+    if transport not in (*TRANSPORTS, REFERENCE_TRANSPORT):
         raise ReplayError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -366,26 +390,19 @@ def replay(
     recorder = Recorder(identity, archive, provider, cap=proxy_cap(scenario), on_event=on_event)
     box = Middlebox(provider, scenario.faults, seed=seed, sleep=_no_sleep, turn_of=_header_turn)
     with ExitStack() as stack:
-        http_transport: httpx.BaseTransport
         if engines == "real" and scenario.engine is not None:
             from simulator.engines.tier import engine_for
 
             upstream = stack.enter_context(LoopbackServer(provider, max_body_bytes=REAL_TIER_MAX_BODY))
             engine = stack.enter_context(engine_for(scenario, upstream.base_url))
-            base_url, http_transport = engine.url, httpx.HTTPTransport(verify=False)
-        elif transport == "loopback":
-            server = stack.enter_context(LoopbackServer(box))
-            # plain HTTP on 127.0.0.1: skip loading a TLS trust store (~20 ms per replay)
-            base_url, http_transport = server.base_url, httpx.HTTPTransport(verify=False)
+            options: dict[str, Any] = {
+                "trust_env": False,
+                "event_hooks": {"request": [_turn_header(lambda: recorder.turn)]},
+            }
+            client = httpx.Client(transport=httpx.HTTPTransport(verify=False), **options)
+            base_url, client = engine.url, stack.enter_context(client)
         else:
-            base_url, http_transport = DEFAULT_MOCK_BASE_URL, mount_inprocess(box)
-        client = stack.enter_context(
-            httpx.Client(
-                transport=http_transport,
-                trust_env=False,
-                event_hooks={"request": [_turn_header(lambda: recorder.turn)]},
-            )
-        )
+            base_url, client = _client(stack, transport, box, _turn_header(lambda: recorder.turn))
         sender = ReplaySender(
             recorder,
             scenario.provider.format,

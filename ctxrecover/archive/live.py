@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import is_, itemgetter
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from ctxrecover.archive.keys import archive_key, extract_keys, has_marker
@@ -61,6 +62,7 @@ MAX_REPLACED = 64  # beyond this many replaced positions a change counts as a re
 # after this share of max_bytes was written since the last one: the per-write check stays one counter.
 PRESSURE_RECHECK_SHARE = 0.01
 _KEYS_CACHE = "archive:keys"  # msg._cache entry: the keys the message refers to
+_KEY_OF, _CONTENT_OF = itemgetter(0), itemgetter(1)  # of a (key, content) entry
 Stage = Literal["put", "pin"]
 
 
@@ -92,11 +94,13 @@ class ListDelta:
     Positions below ``kept`` hold the same messages (equal, usually the very same
     objects) except those in ``replaced``, which hold new ones; whatever the old
     list held from ``kept`` on is gone, and the new list's messages from ``kept``
-    on are new (appended, or a rewritten tail).
+    on are new (appended, or a rewritten tail). ``identical``: every position below
+    ``kept`` holds the very same object in both lists.
     """
 
     kept: int
     replaced: tuple[int, ...] = ()
+    identical: bool = False
 
 
 def list_delta(
@@ -113,7 +117,9 @@ def list_delta(
     new = new if isinstance(new, list) else list(new)
     common = min(len(old), len(new))
     if common == 0:
-        return ListDelta(0)
+        return ListDelta(0, identical=True)
+    if all(map(is_, old, new)):  # the usual turn: pointers compared, no message (nor a slice) touched
+        return ListDelta(common, identical=True)
     head_old = old if len(old) == common else old[:common]
     head_new = new if len(new) == common else new[:common]
     if head_old == head_new:
@@ -199,9 +205,9 @@ class SessionArchive:
         if self._journal is not None:
             self._note_new((archive_key(content),))
         if self._put_owner:
-            key = self._write(lambda: self.store.put(content, owner=self.owner), len(content))  # type: ignore[call-arg]
+            key = self._write(lambda: self.store.put(content, owner=self.owner), lambda: len(content))  # type: ignore[call-arg]
         else:
-            key = self._write(lambda: self.store.put(content), len(content))
+            key = self._write(lambda: self.store.put(content), lambda: len(content))
         self._counted_write(((key, content),))
         return key
 
@@ -209,7 +215,10 @@ class SessionArchive:
         """Store pre-keyed entries in one step (see :func:`~ctxrecover.archive.put_entries`)."""
         if self._journal is not None:
             self._note_new(key for key, _ in entries)
-        written = sum(len(content) for _, content in entries)
+
+        def written() -> int:
+            return sum(map(len, map(_CONTENT_OF, entries)))
+
         if self._put_keyed_owner:
             self._write(lambda: self.store.put_keyed(entries, owner=self.owner), written)  # type: ignore[attr-defined]
         else:
@@ -318,15 +327,21 @@ class SessionArchive:
     def _counted_write(self, entries: Sequence[tuple[str, str]]) -> None:
         if self._source is None or self._on_archived is None:
             return
-        fresh = 0
-        for key, content in entries:
-            if key not in self._counted:
-                self._counted.add(key)
-                fresh += len(content)
+        # Set operations in C: a dropped range has thousands of members.
+        new = set(map(_KEY_OF, entries)) - self._counted
+        if not new:
+            return
+        self._counted |= new
+        if len(new) == len(entries):  # each entry new and distinct (the usual range): all of it is fresh
+            fresh = sum(map(len, map(_CONTENT_OF, entries)))
+        else:  # a key counted before or repeated here: the chars of each new key, once
+            by_key = dict(entries)
+            fresh = sum(map(len, map(by_key.__getitem__, new)))
         if fresh:
             self._on_archived(self._source, fresh)
 
-    def _write(self, action: Callable[[], _T], written: int) -> _T:
+    def _write(self, action: Callable[[], _T], written: Callable[[], int]) -> _T:
+        """``action()`` (a store write of ``written()`` chars, read only when the pressure is watched)."""
         self._stored_since_pin = True
         try:
             result = action()
@@ -336,13 +351,14 @@ class SessionArchive:
         self._check_pressure(written)
         return result
 
-    def _check_pressure(self, written: int) -> None:
+    def _check_pressure(self, written_chars: Callable[[], int]) -> None:
         """After a write: tell ``on_pressure`` (once) when live histories hold the warning share."""
         pressure = getattr(self.store, "pressure", None)
         max_bytes = getattr(self.store, "max_bytes", None)
         if self._on_pressure is None or self._pressure_told or pressure is None or not max_bytes:
             return
         line = PRESSURE_WARN_FRACTION * max_bytes
+        written = written_chars()
         since = self._written_since_report
         self._written_since_report = None if since is None else since + written
         if since is not None and since + written < PRESSURE_RECHECK_SHARE * max_bytes:

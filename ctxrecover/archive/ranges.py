@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ctxrecover.archive.keys import archive_key, marker
 from ctxrecover.archive.store import Archive, put_entries
+from ctxrecover.errors import ConfigError
 
 if TYPE_CHECKING:
     from ctxrecover.messages import Image, Message
@@ -24,10 +26,14 @@ if TYPE_CHECKING:
 __all__ = [
     "RANGE_HEADER",
     "UNKNOWN_KEY_TEXT",
+    "RangeEntry",
+    "RangeParts",
     "archive_message",
     "archive_range",
     "expand_entry",
     "member_keys",
+    "range_entry",
+    "range_parts",
     "read_original",
     "render_transcript",
 ]
@@ -49,6 +55,7 @@ _RANGE_RE = re.compile(
 # In an index, a marker is expanded to its member, except an image's (recalled on its own: base64).
 _MEMBER_OR_IMAGE_RE = re.compile(r"\n\[image: [^\n]*\]|<<ccr:([0-9a-f]{16})>>")
 _RANGE_ENTRY_CACHE = "archive:range"  # msg._cache entry: (its index block | None, its members)
+RangeEntry = tuple[str | None, tuple[tuple[str, str], ...]]  # (its index block | None, its members)
 _MESSAGE_CACHE = attrgetter("_cache")
 _BLOCK, _MEMBERS = itemgetter(0), itemgetter(1)
 
@@ -81,13 +88,14 @@ def render_transcript(messages: Sequence[Message]) -> str:
     return "".join(parts)
 
 
-def _range_entry(msg: Message) -> tuple[str | None, tuple[tuple[str, str], ...]]:
-    """``msg``'s block of a range index and its members ``(key, text)``, hashed once per message.
+def range_entry(msg: Message) -> RangeEntry:
+    """``msg``'s block of a range index and its members ``(key, text)``: what :func:`archive_range`
+    stores for it, hashed once and memoized on the message.
 
     The block is ``None`` when a tool-call id, name, result id or image label holds
     a line break or a marker (the index could not be read back unambiguously).
     """
-    entry: tuple[str | None, tuple[tuple[str, str], ...]] | None = msg._cache.get(_RANGE_ENTRY_CACHE)
+    entry: RangeEntry | None = msg._cache.get(_RANGE_ENTRY_CACHE)
     if entry is not None:
         return entry
     key = archive_key(msg.content)
@@ -126,7 +134,7 @@ def member_keys(msg: Message) -> tuple[str, ...]:
     append*), so a later cut — :func:`archive_message`, :func:`archive_range` — stores them by key
     without hashing anything again.
     """
-    return tuple(key for key, _ in _range_entry(msg)[1])
+    return tuple(key for key, _ in range_entry(msg)[1])
 
 
 def archive_message(store: Archive, msg: Message) -> str:
@@ -136,12 +144,38 @@ def archive_message(store: Archive, msg: Message) -> str:
     message when it enters the history). Content carrying markers is stored too,
     like :meth:`Archive.put`.
     """
-    key, content = _range_entry(msg)[1][0]
+    key, content = range_entry(msg)[1][0]
     put_entries(store, ((key, content),))
     return key
 
 
-def archive_range(store: Archive, messages: Sequence[Message]) -> str:
+@dataclass(frozen=True, slots=True)
+class RangeParts:
+    """What :func:`archive_range` stores for a range of messages, gathered beforehand: each message's
+    index block (``None`` for an ambiguous one) and every member ``(key, text)`` in order.
+
+    Whoever already holds them hands them over (a session's index keeps them as messages enter,
+    :class:`~ctxrecover.passes.facts.HistoryFacts`); :func:`range_parts` gathers them from the
+    messages' memos.
+    """
+
+    blocks: Sequence[str | None]
+    members: Sequence[tuple[str, str]]
+
+
+def range_parts(messages: Sequence[Message]) -> RangeParts:
+    """The :class:`RangeParts` of ``messages``, from each message's memoized :func:`range_entry`."""
+    # The memoized entries fetched without a Python frame per message (archive on append memoized them).
+    entries: list[Any] = list(map(dict.get, map(_MESSAGE_CACHE, messages), repeat(_RANGE_ENTRY_CACHE)))
+    try:
+        blocks = list(map(_BLOCK, entries))
+    except TypeError:  # a message not memoized yet (None has no block)
+        entries = [entry or range_entry(msg) for entry, msg in zip(entries, messages, strict=True)]
+        blocks = list(map(_BLOCK, entries))
+    return RangeParts(blocks, list(chain.from_iterable(map(_MEMBERS, entries))))
+
+
+def archive_range(store: Archive, messages: Sequence[Message], *, parts: RangeParts | None = None) -> str:
     """Archive a dropped range as one composite entry and return its key.
 
     Each member (every message's content, tool-call arguments and inline image
@@ -150,20 +184,23 @@ def archive_range(store: Archive, messages: Sequence[Message]) -> str:
     members. The key is the sha256 of the small index; :func:`recall` expands it
     to :func:`render_transcript` of ``messages``. A message whose tool-call id,
     name or image label could be mistaken for index syntax makes the range a
-    plain rendered transcript instead.
+    plain rendered transcript instead. ``parts`` are the range's :class:`RangeParts` when the
+    caller already holds them (else gathered from the messages: :func:`range_parts`).
     """
-    # The memoized entries fetched without a Python frame per message (archive on append memoized them).
-    entries: list[Any] = list(map(dict.get, map(_MESSAGE_CACHE, messages), repeat(_RANGE_ENTRY_CACHE)))
-    if None in entries:
-        entries = [entry or _range_entry(msg) for entry, msg in zip(entries, messages, strict=True)]
+    if parts is None:
+        parts = range_parts(messages)
+    elif len(parts.blocks) != len(messages):
+        raise ConfigError(
+            f"archive_range got the parts of {len(parts.blocks)} messages for a range of {len(messages)}"
+        )
     try:
-        blocks = "".join(map(_BLOCK, entries))
-    except TypeError:  # an ambiguous message's block is None: the range is a plain transcript
+        blocks = "".join(parts.blocks)  # type: ignore[arg-type]  # a None block raises TypeError
+    except TypeError:  # an ambiguous message: the range is a plain transcript
         images = [(archive_key(i.data), i.data) for m in messages for i in m.images if i.data is not None]
         if images:
             put_entries(store, images)
         return store.put(render_transcript(messages))
-    put_entries(store, list(chain.from_iterable(map(_MEMBERS, entries))))
+    put_entries(store, parts.members)
     return store.put(RANGE_HEADER % len(messages) + blocks)
 
 

@@ -87,11 +87,13 @@ class HistoryIndex:
 
     ``messages`` is the index's own copy; ``segment_of[i]`` counts the assistant
     messages at or before position ``i``; ``assistants`` lists their positions;
-    ``leading`` is the length of the leading run of system messages.
+    ``leading`` is the length of the leading run of system messages; ``changes``
+    counts the truncations, replacements and appends so far.
     """
 
     def __init__(self) -> None:
         self.version = 0  # bumped by each step (see TurnState)
+        self.changes = 0  # bumped by each change of the indexed history (what a snapshot of it checks)
         self.messages: list[Message] = []
         self.segment_of: list[int] = []
         self.assistants: list[int] = []
@@ -139,12 +141,14 @@ class HistoryIndex:
             self.replace(position, history[position])
         for position in range(len(self.messages), len(history)):
             self.append(history[position])
-        self.messages = list(history)  # hold the very objects shown (equal ones count as unchanged)
+        if not delta.identical:
+            self.messages = list(history)  # hold the very objects shown (equal ones count as unchanged)
 
     def truncate(self, length: int) -> None:
         """Forget positions ``length`` and on."""
         if length >= len(self.messages):
             return
+        self.changes += 1
         for _, listener in self._listeners.values():
             listener.truncated(self, length)
         del self.messages[length:]
@@ -160,6 +164,7 @@ class HistoryIndex:
             return
         if not same_layout(old, msg):
             raise ConfigError(f"position {position}: a {msg.role} message cannot take a {old.role}'s place")
+        self.changes += 1
         self.messages[position] = msg
         for _, listener in self._listeners.values():
             listener.replaced(self, position, old)
@@ -167,6 +172,7 @@ class HistoryIndex:
     def append(self, msg: Message) -> None:
         """Add ``msg`` at the end."""
         position = len(self.messages)
+        self.changes += 1
         self.messages.append(msg)
         assistant = msg.role == "assistant"
         self.segment_of.append((self.segment_of[-1] if position else 0) + assistant)
@@ -263,7 +269,8 @@ class TurnState:
     once: the one a step consumed raises :class:`~ctxrecover.errors.ConfigError`
     if given again. It is derived from the history alone: nothing needs saving
     (a fresh state indexes the whole history on its first step, then costs what
-    changed). :meth:`request_size` and :meth:`weights` read the current state.
+    changed). :meth:`request_size`, :meth:`weights` and :meth:`synced` (for other
+    queries, e.g. :func:`~ctxrecover.passes.facts.indexed_facts`) read the current state.
 
     >>> state = TurnState.new("openai-chat", model="m")
     >>> state.weights([Message.user("hi")]).weight
@@ -291,6 +298,12 @@ class TurnState:
         """The state a step returns (after :meth:`begin`)."""
         return TurnState(self.index, self.index.version, self.wire_format, self.model)
 
+    def synced(self, history: Sequence[Message]) -> HistoryIndex:
+        """The index, made to hold ``history``, for a query that reads it (the state is not consumed)."""
+        index = self._current()
+        index.sync(history)
+        return index
+
     def request_size(
         self,
         history: Sequence[Message],
@@ -300,15 +313,12 @@ class TurnState:
         extra: Mapping[str, Any] | None = None,
     ) -> int:
         """``request_size(history, ...)`` in the state's wire format, from what changed."""
-        index = self._current()
-        index.sync(history)
+        index = self.synced(history)
         return totals(index, self.wire_format, self.model).tracker.size_for(max_tokens, tools, extra)
 
     def weights(self, history: Sequence[Message]) -> WeightTotals:
         """Running weight, image chars and image tokens of ``history`` (read them, do not modify)."""
-        index = self._current()
-        index.sync(history)
-        return totals(index, self.wire_format, self.model).weights
+        return totals(self.synced(history), self.wire_format, self.model).weights
 
     def _current(self) -> HistoryIndex:
         if self.index.version != self.version:

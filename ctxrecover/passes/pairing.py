@@ -37,6 +37,7 @@ __all__ = [
     "PAIRING_REMOVED_NOTE",
     "PairingReport",
     "pairing_step",
+    "pairing_valid",
     "repair_pairing",
     "validate_pairing",
 ]
@@ -294,6 +295,12 @@ class _PairingIndex:
         return not self.invalid
 
 
+def pairing_valid(index: HistoryIndex) -> bool:
+    """:func:`validate_pairing` of ``index``'s history, at the cost of the segments changed since the
+    last look (validity is kept per segment on the index)."""
+    return index.listener(PAIRING_LISTENER, None, _PairingIndex).valid(index)
+
+
 def pairing_step(
     history: list[Message], state: TurnState, *, archive: Archive | None = None
 ) -> tuple[list[Message], PairingReport, TurnState]:
@@ -301,8 +308,7 @@ def pairing_step(
     of ``state``. Validity is kept per segment, so a valid history costs the segments that changed;
     a malformed one is repaired as a whole (into a copy: the indexed history is left as it is)."""
     index = state.begin(history)
-    pairing = index.listener(PAIRING_LISTENER, None, _PairingIndex)
-    if pairing.valid(index):
+    if pairing_valid(index):
         return history, PairingReport(), state.successor()
     repaired, report = repair_pairing(history, archive=archive)
     return repaired, report, state.successor()

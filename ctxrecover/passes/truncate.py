@@ -28,6 +28,7 @@ from operator import attrgetter, countOf
 from ctxrecover.archive import Archive, archive_message, archive_range, marker, render_transcript
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
+from ctxrecover.passes.facts import HistoryFacts, leading_system_count
 
 __all__ = [
     "CONTEXT_COMPACTED_NOTICE",
@@ -115,16 +116,6 @@ def recall_suffix_key(text: str) -> str | None:
     """The key of the :func:`recall_suffix` that ends ``text``, or ``None`` (a cut message's tell)."""
     found = _RECALL_SUFFIX_RE.search(text)
     return found.group(1) if found else None
-
-
-def leading_system_count(history: Sequence[Message]) -> int:
-    """Length of the maximal prefix of ``system`` messages (the floor)."""
-    count = 0
-    for msg in history:
-        if msg.role != "system":
-            break
-        count += 1
-    return count
 
 
 def recent_start(history: Sequence[Message], floor: int, keep_recent: int) -> int:
@@ -299,6 +290,7 @@ def keep_last(
     *,
     archive: Archive,
     per_message_cap: int | None = None,
+    facts: HistoryFacts | None = None,
 ) -> tuple[list[Message], KeepLastReport]:
     """Recovery Levels 2–3: every system message + the last ``n`` non-system messages.
 
@@ -311,7 +303,10 @@ def keep_last(
     kept non-system message over the cap is cut to it (head ¾ + tail, original
     archived, recall marker appended, verbatim flag cleared). When no
     non-system message survives, :data:`CONTEXT_COMPACTED_NOTICE` is inserted.
-    System messages keep their order and are gathered at the front.
+    System messages keep their order and are gathered at the front. ``facts`` of
+    ``history`` (:mod:`ctxrecover.passes.facts`), when they describe it, say where its
+    system messages are without counting them and hand what archiving the dropped range
+    stores.
     """
     if n < 2:
         raise ConfigError(
@@ -322,12 +317,17 @@ def keep_last(
             f"keep_last needs per_message_cap >= {MIN_CAP_CHARS} (or None) so a cut message keeps "
             f"its head, tail and recall marker (got {per_message_cap})"
         )
-    leading = leading_system_count(history)
-    if countOf(map(_ROLE, history), "system") == leading:  # the usual case: slices, no per-message test
+    known = facts if facts is not None and facts.describes(history) else None
+    if known is not None:
+        leading, system_count = known.leading_systems, known.system_count
+    else:
+        leading, system_count = leading_system_count(history), countOf(map(_ROLE, history), "system")
+    if system_count == leading:  # the usual case: slices, no per-message test
         systems, others = history[:leading], history[leading:]
     else:
         systems = [m for m in history if m.role == "system"]
         others = [m for m in history if m.role != "system"]
+        known = None  # the dropped messages are not one range of the history
     start = max(0, len(others) - n)
     while start < len(others) and others[start].role != "user":
         start += 1
@@ -344,7 +344,8 @@ def keep_last(
     key: str | None = None
     inserted: list[Message] = []
     if dropped:
-        key = archive_range(archive, dropped)
+        parts = None if known is None else known.range_parts(leading, leading + start)
+        key = archive_range(archive, dropped, parts=parts)
         note = DROPPED_BY_RECOVERY_NOTE.format(marker=marker(key))
         inserted.append(Message.user(note, is_summary=True, summary_of=len(dropped)))
     notice = not kept

@@ -9,7 +9,8 @@ decision reads — the history's weight and wire bytes, the request's bytes and
 weights. Incremental (the default), it threads one
 :class:`~ctxrecover.passes.history_index.TurnState` through the incremental
 steps and keeps a :class:`~ctxrecover.passes.history_index.SizedHistory` of the
-requests, so a turn costs the messages that changed; with
+requests, so a turn costs the messages that changed (and :meth:`~TurnPasses.facts` hands what
+it knows of the history to a recovery step); with
 ``incremental=False`` it runs the full passes over the whole history, the
 reference the incremental path is tested against. Both give the same
 histories, requests, sizes and reports.
@@ -32,6 +33,7 @@ from ctxrecover.archive import Archive
 from ctxrecover.errors import ArchiveFullError, ArchiveWriteError
 from ctxrecover.messages import Message
 from ctxrecover.passes.dedup_reads import dedup_repeated_reads, dedup_step
+from ctxrecover.passes.facts import HistoryFacts, history_facts, indexed_facts, watch_facts
 from ctxrecover.passes.floor import SkillAgingReport, age_skill_blocks, age_skills_step
 from ctxrecover.passes.history_index import SizedHistory, TurnState
 from ctxrecover.passes.microcompact import MicrocompactReport, apply_microcompact, microcompact_step
@@ -73,7 +75,7 @@ class TurnPasses:
         self.wire_format = WireFormat(wire_format)
         self.model = model
         self.incremental = incremental
-        self._state = TurnState.new(wire_format, model=model)
+        self._state = self._new_state()
         self._sent = SizedHistory(wire_format, model=model)
 
     @contextlib.contextmanager
@@ -83,8 +85,15 @@ class TurnPasses:
         try:
             yield
         except BaseException:
-            self._state = TurnState.new(self.wire_format, model=self.model)
+            self._state = self._new_state()
             raise
+
+    def _new_state(self) -> TurnState:
+        """A fresh state whose index keeps the facts a recovery step reads from its first message on
+        (a listener made at the first recovery would have to be shown the whole history then)."""
+        state = TurnState.new(self.wire_format, model=self.model)
+        watch_facts(state)
+        return state
 
     def _attributed(self, source: str) -> contextlib.AbstractContextManager[None]:
         attributed = getattr(self.archive, "attributed", None)
@@ -185,6 +194,14 @@ class TurnPasses:
                 history, self.wire_format, model=self.model, max_tokens=max_tokens, tools=tools
             )
         return self._state.request_size(history, max_tokens=max_tokens, tools=tools)
+
+    def facts(self, history: list[Message]) -> HistoryFacts:
+        """What a recovery step reads of ``history`` before it cuts — pairing valid, content chars, system
+        messages, each range's archive parts — from the incremental state, at the cost of what changed
+        (:mod:`ctxrecover.passes.facts`)."""
+        if not self.incremental:
+            return history_facts(history)
+        return indexed_facts(self._state, history)
 
     def weight(self, history: Sequence[Message]) -> int:
         """``total_weight(history)`` of the session's history."""

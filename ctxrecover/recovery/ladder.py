@@ -16,15 +16,14 @@ Every dropped or cut message is archived first and reachable through its
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import ClassVar, Protocol
 
 from ctxrecover.archive import Archive
 from ctxrecover.classify import Failure
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
+from ctxrecover.passes.facts import HistoryFacts, content_chars, facts_for
 from ctxrecover.passes.pairing import PairingReport, repair_pairing
 from ctxrecover.passes.tool_budget import enforce_tool_result_budget
 from ctxrecover.passes.truncate import MIN_CAP_CHARS, cap_assistant_messages, keep_last
@@ -50,6 +49,10 @@ class RecoveryContext:
 
     ``tool_result_budget_chars`` / ``tool_result_max_chars`` are the session's
     *current* tool-result limits (the policy's until a Level 1 tightened them).
+    ``facts`` are what the session already knows of the history it hands over
+    (:meth:`TurnPasses.facts <ctxrecover.passes.turn.TurnPasses.facts>`); a step reads them
+    instead of scanning the history again while they describe the list it is given
+    (:func:`~ctxrecover.passes.facts.facts_for`), and computes them otherwise.
     """
 
     policy: Policy
@@ -57,6 +60,7 @@ class RecoveryContext:
     tool_result_budget_chars: int
     tool_result_max_chars: int
     failure: Failure | None = None
+    facts: HistoryFacts | None = None
 
     def __post_init__(self) -> None:
         for name in ("tool_result_budget_chars", "tool_result_max_chars"):
@@ -132,12 +136,13 @@ class RecoveryStep(Protocol):
     def __call__(self, history: list[Message], ctx: RecoveryContext) -> tuple[list[Message], StepReport]: ...
 
 
-_CONTENT = attrgetter("content")
-
-
-def content_chars(history: Sequence[Message]) -> int:
-    """Total ``len(content)`` of the messages (what a :class:`StepReport` counts as chars)."""
-    return sum(map(len, map(_CONTENT, history)))  # no Python frame per message
+def _paired(
+    history: list[Message], facts: HistoryFacts, ctx: RecoveryContext
+) -> tuple[list[Message], PairingReport]:
+    """``repair_pairing(history)``, without scanning a history the facts say is valid."""
+    if facts.pairing_valid:
+        return history, PairingReport()
+    return repair_pairing(history, archive=ctx.archive)
 
 
 def _pairing_fixes(report: PairingReport) -> int:
@@ -275,7 +280,8 @@ class Level1(StepBase):
         budget = min(ctx.tool_result_budget_chars, max(1, int(policy.tool_result_budget_chars * factor)))
         max_chars = min(ctx.tool_result_max_chars, max(1, int(policy.tool_result_max_chars * factor)))
         head, tail = _preview_split(policy, max_chars)
-        paired, pairing = repair_pairing(history, archive=ctx.archive)
+        facts = facts_for(history, ctx.facts)
+        paired, pairing = _paired(history, facts, ctx)
         budgeted, budget_report = enforce_tool_result_budget(
             paired,
             archive=ctx.archive,
@@ -293,7 +299,7 @@ class Level1(StepBase):
             changed=capped is not history,
             messages_before=len(history),
             messages_after=len(capped),
-            chars_before=content_chars(history),
+            chars_before=facts.content_chars,
             chars_after=content_chars(capped),
             messages_capped=cap.messages_capped,
             tool_results_previewed=budget_report.results_previewed,
@@ -309,17 +315,16 @@ def _keep_and_repair(
     # Repair first: keep_last must cut a history whose results sit right after their
     # calls, or a result behind an interposed user message would lose its call and be
     # removed by the repair after the cut, beyond the reach of the range's recall marker.
-    paired, before = repair_pairing(history, archive=ctx.archive)
-    kept, kept_report = keep_last(paired, keep, archive=ctx.archive, per_message_cap=cap)
-    # Counted after the cut, which just stored the dropped contents: their headers are in the CPU cache.
-    chars_before = content_chars(history)
+    facts = facts_for(history, ctx.facts)
+    paired, before = _paired(history, facts, ctx)
+    kept, kept_report = keep_last(paired, keep, archive=ctx.archive, per_message_cap=cap, facts=facts)
     repaired, after = repair_pairing(kept, archive=ctx.archive)
     return repaired, StepReport(
         step=name,
         changed=repaired is not history,
         messages_before=len(history),
         messages_after=len(repaired),
-        chars_before=chars_before,
+        chars_before=facts.content_chars,
         chars_after=content_chars(repaired),
         messages_dropped=kept_report.messages_dropped,
         messages_capped=kept_report.messages_capped,

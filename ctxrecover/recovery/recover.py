@@ -71,9 +71,10 @@ def recover(
     payload_notice: bool = False,
 ) -> RecoveryResult:
     """One rewrite of the history for a rejected request (SPEC §6 steps 4–6): inline images outside
-    the last ``policy.nuclear_keep_messages`` messages archived (every one at the ladder's last rung), the ladder step for ``attempt``
-    (1-based; it archives what it drops), and the payload notice message when ``payload_notice``
-    is set (skipped when any message already carries :data:`PAYLOAD_LIMIT_MARKER`).
+    the last ``policy.nuclear_keep_messages`` messages archived (every one at the ladder's last rung),
+    the ladder step for ``attempt`` (1-based; it archives what it drops), and the payload notice
+    message when ``payload_notice`` is set (skipped when a message already carries
+    :data:`PAYLOAD_LIMIT_MARKER`).
 
     What surrounds it — whether the failure is recoverable, the retry notice, the memory flush
     and undo snapshot, the ``PreCompact``/``PostCompact`` hooks — is the turn's

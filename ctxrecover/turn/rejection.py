@@ -423,6 +423,7 @@ def _recover(
         failure=failure,
         tool_result_budget_chars=conv.tool_result_budget_chars,
         tool_result_max_chars=conv.tool_result_max_chars,
+        facts=conv.passes.facts(conv.history),  # what the session knows: no step scans it again
     )
     payload_notice = failure.is_payload and not conv.gateway.payload_notice_sent
     conv.compactor.prepare_rewrite(conv.history)

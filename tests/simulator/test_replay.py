@@ -10,9 +10,9 @@ import pytest
 from ctxrecover.events import Notice, PreCompact
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.sizes import total_weight
-from simulator.proxy.scenario import Expectation, Scenario, Workload, load_scenario
-from simulator.recorder import ReplayEvent, proxy_cap
-from simulator.replay import ReplayResult, expectation_problems, observed, replay
+from simulator.proxy.scenario import Expectation, Scenario, Workload, list_scenarios, load_scenario
+from simulator.recorder import Rejection, ReplayEvent, proxy_cap
+from simulator.replay import REFERENCE_TRANSPORT, ReplayResult, expectation_problems, observed, replay
 from simulator.research.baselines import BASELINES
 from simulator.research.metrics import RUN_COLUMNS, AttemptRecord
 from simulator.research.retention import field_losses
@@ -301,3 +301,38 @@ def test_bad_transport_and_a_transcript_without_replies_are_replay_errors() -> N
     silent = transcript_from_messages("silent", [Message.user("anyone?")])
     with pytest.raises(ReplayError, match="'silent' has no assistant reply to replay"):
         replay(silent, "rate-limit-429")
+
+
+@pytest.mark.parametrize("name", list_scenarios())
+def test_the_in_process_client_records_what_the_httpx_client_stack_records(name: str) -> None:
+    """Every bundled scenario replayed in process through InProcessClient and through httpx.MockTransport
+    behind the whole client stack (the reference transport): the same attempt records, field for field
+    (wall time aside), the same events, outcome, final history and archive."""
+    direct = replay(None, name)
+    reference = replay(None, name, transport=REFERENCE_TRANSPORT)
+
+    def untimed(result: ReplayResult) -> list[AttemptRecord]:
+        return [dataclasses.replace(r, elapsed_ms=0.0) for r in result.records]
+
+    def events(result: ReplayResult) -> list[object]:
+        """Each event as (turn, attempt, what it is), a refused or finished attempt's record untimed."""
+        seen: list[object] = []
+        for event in result.events:
+            item = event.item
+            if isinstance(item, Rejection):
+                item = dataclasses.replace(item, record=dataclasses.replace(item.record, elapsed_ms=0.0))
+            elif isinstance(item, AttemptRecord):
+                item = dataclasses.replace(item, elapsed_ms=0.0)
+            seen.append((event.turn, event.attempt, item))
+        return seen
+
+    assert direct.records and untimed(direct) == untimed(reference)
+    assert events(direct) == events(reference)
+    assert (direct.outcome, direct.final_history, direct.chars_lost) == (
+        reference.outcome,
+        reference.final_history,
+        reference.chars_lost,
+    )
+    assert {key: direct.archive.get(key) for key in direct.archive.keys()} == {
+        key: reference.archive.get(key) for key in reference.archive.keys()
+    }

@@ -346,7 +346,7 @@ def loop_archive_range(store: MemoryArchive, messages: list[Message]) -> str:
     from operator import itemgetter
 
     cache = ranges_module._RANGE_ENTRY_CACHE
-    entries = [m._cache.get(cache) or ranges_module._range_entry(m) for m in messages]
+    entries = [m._cache.get(cache) or ranges_module.range_entry(m) for m in messages]
     blocks = list(map(itemgetter(0), entries))
     if None in blocks:
         images = [(archive_key(i.data), i.data) for m in messages for i in m.images if i.data is not None]

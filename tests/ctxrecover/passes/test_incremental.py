@@ -5,11 +5,14 @@ rewritten — and at every turn both lineages run SPEC §3's passes: the full on
 (:func:`apply_microcompact`, :func:`dedup_repeated_reads`, :func:`age_skill_blocks`,
 :func:`repair_pairing` + :func:`enforce_tool_result_budget`) on one copy, the
 incremental steps threaded through one :class:`TurnState` on the other. Histories,
-outgoing copies, reports, wire sizes, weights and archive contents must be equal.
+outgoing copies, reports, wire sizes, weights and archive contents must be equal; so
+must the facts the state hands to a recovery step (:mod:`ctxrecover.passes.facts`) and
+what each ladder step does given them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -18,14 +21,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxrecover.archive import MemoryArchive, archive_key, marker
+from ctxrecover.archive.ranges import range_parts
 from ctxrecover.errors import ConfigError
-from ctxrecover.messages import Message, ToolCall
+from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.passes.dedup_reads import dedup_repeated_reads, dedup_step, parse_file_blocks
+from ctxrecover.passes.facts import HistoryFacts, history_facts, indexed_facts, watch_facts
 from ctxrecover.passes.floor import SkillBlock, age_skill_blocks, age_skills_step
 from ctxrecover.passes.history_index import SizedHistory, TurnState
 from ctxrecover.passes.microcompact import apply_microcompact, microcompact_step
 from ctxrecover.passes.pairing import pairing_step, repair_pairing
 from ctxrecover.passes.tool_budget import enforce_tool_result_budget, tool_budget_step, tool_result_preview
+from ctxrecover.policy import DEFAULT_POLICY
+from ctxrecover.recovery import Level1, Level2, Level3, RecoveryContext
+from ctxrecover.recovery.ladder import RecoveryStep
 from ctxrecover.sizes import WeightTotals, total_weight
 from ctxrecover.wire import WireFormat, request_size
 
@@ -278,3 +286,88 @@ def test_microcompact_step_folds_each_result_when_its_age_crosses_a_threshold() 
     assert stages == [(0, 0), (1, 0), (0, 0), (0, 1), (0, 0)]
     assert history[1].content.startswith("[Old tool result cleared — 1 lines, 5000 chars, text]")
     assert marker(archive_key(big.content)) in history[1].content
+
+
+# -- the facts a session hands to a recovery step (ctxrecover.passes.facts) --------------------------
+
+
+def _ladder_steps() -> dict[str, RecoveryStep]:
+    return {
+        "level1": Level1(),
+        "level2": Level2(),
+        "level2-keep-3": Level2(keep=3),
+        "level3": Level3(),
+        "level1+level2": Level1() + Level2(keep=4),
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(session=_sessions(), fmt=st.sampled_from(list(WireFormat)), data=st.data())
+def test_the_facts_a_session_hands_equal_the_facts_recomputed_and_the_ladder_does_the_same_with_them(
+    session: tuple[list[Message], list[list[Any]]], fmt: WireFormat, data: st.DataObject
+) -> None:
+    """At every turn of a random session the incremental facts (pairing validity, content chars,
+    system messages, each range's archive parts) equal the facts recomputed from the history, and
+    every ladder step given them returns the history, report and archive it returns recomputing."""
+    start, turns = session
+    history, archive = list(start), MemoryArchive()
+    state = TurnState.new(fmt, model="m")
+    watch_facts(state)
+    for edit, at, span, new, originals in turns:
+        for original in originals:
+            archive.put(original)
+        history = _edited(history, edit, at, span, new)
+        history, _, _, state = _incremental(history, archive, state)
+        facts = indexed_facts(state, history)
+        assert facts == history_facts(history)
+        assert facts.describes(history) and not facts.describes(list(history))
+        first = data.draw(st.integers(0, len(history)), label="first")
+        last = data.draw(st.integers(first, len(history)), label="last")
+        assert facts.range_parts(first, last) == range_parts(history[first:last])
+        name = data.draw(st.sampled_from(sorted(_ladder_steps())), label="step")
+        step = _ladder_steps()[name]
+        handed_archive, recomputing_archive = MemoryArchive(), MemoryArchive()
+        handed = step(history, _recovery_context(handed_archive, facts))
+        recomputed = step(history, _recovery_context(recomputing_archive, None))
+        assert handed == recomputed
+        assert dict(
+            zip(handed_archive.keys(), map(handed_archive.get, handed_archive.keys()), strict=True)
+        ) == (
+            dict(
+                zip(
+                    recomputing_archive.keys(),
+                    map(recomputing_archive.get, recomputing_archive.keys()),
+                    strict=True,
+                )
+            )
+        )
+
+
+def _recovery_context(archive: MemoryArchive, facts: HistoryFacts | None) -> RecoveryContext:
+    return dataclasses.replace(RecoveryContext.from_policy(DEFAULT_POLICY, archive), facts=facts)
+
+
+def test_facts_taken_before_the_index_moved_on_gather_the_parts_from_the_messages() -> None:
+    """A snapshot of the index is only handed while the index still holds that history."""
+    state = TurnState.new()
+    watch_facts(state)
+    history = [Message.user("one"), Message.assistant("two")]
+    facts = indexed_facts(state, history)
+    later = [*history, Message.user("three")]
+    state.weights(later)  # the index now holds another list: the old facts' parts come from messages
+    assert facts.range_parts(0, 2) == range_parts(history)
+    assert indexed_facts(state, later).range_parts(0, 3) == range_parts(later)
+
+
+def test_a_replacement_with_other_images_moves_the_later_members() -> None:
+    """Same layout, another number of inline images: the members after it shift in the index."""
+    state = TurnState.new()
+    watch_facts(state)
+    pictured = Message.user("look", images=(Image(data="aGVsbG8="), Image(data="d29ybGQ=")))
+    history = [Message.user("start"), pictured, Message.assistant("seen"), Message.user("next")]
+    indexed_facts(state, history)
+    edited = [history[0], pictured.replace(images=(Image(data="aGVsbG8="),)), *history[2:]]
+    facts = indexed_facts(state, edited)
+    assert facts == history_facts(edited)
+    for first, last in ((0, 4), (1, 3), (2, 4), (3, 4)):
+        assert facts.range_parts(first, last) == range_parts(edited[first:last])

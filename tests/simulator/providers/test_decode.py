@@ -50,6 +50,66 @@ def test_successive_bodies_decode_as_json_loads(
         assert decoder.loads(raw) == json.loads(raw)
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(JSON_VALUES, min_size=1, max_size=6),
+    st.lists(
+        st.tuples(st.sampled_from(["grow", "first", "recent"]), st.lists(JSON_VALUES, max_size=3)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.dictionaries(st.sampled_from(["max_tokens", "tools", "stream"]), JSON_VALUES, max_size=2),
+    st.sampled_from(["system", "tools"]),
+    SEPARATORS,
+    st.booleans(),
+)
+def test_bodies_that_grow_resume_after_the_last_ones_prefix_and_decode_as_json_loads(
+    start: list[object],
+    steps: list[tuple[str, list[object]]],
+    extra: dict[str, object],
+    other_array: str,
+    separators: tuple[str, str],
+    ascii_: bool,
+) -> None:
+    """A body that appends to the conversation, or rewrites a recent message of it, is read from the
+    last element it repeats on; one that rewrites the first is read whole; every result equals
+    json.loads."""
+    decoder = PrefixDecoder()
+    messages, arrays = list(start), {other_array: ["é", {"x": [1, 2]}]}
+    for edit, appended in steps:
+        if edit == "first":  # a compaction: the first message replaced
+            messages = [{"summary": "ü" * len(messages)}, *messages[1:]]
+        elif edit == "recent":  # a turn-boundary pass folding a recent message
+            messages = [*messages[:-1], {"folded": "ß" * len(messages)}]
+        messages = [*messages, *appended]
+        raw = json.dumps(
+            {"model": "m", **arrays, "messages": messages, **extra},
+            separators=separators,
+            ensure_ascii=ascii_,
+        ).encode()
+        assert decoder.loads(raw) == json.loads(raw)
+
+
+def test_a_grown_conversation_is_read_from_where_the_last_body_ended() -> None:
+    decoder = PrefixDecoder()
+    history = [{"role": "user", "content": f"question {i} ✓"} for i in range(5)]
+    tools = [{"name": "read", "description": "reads ✓"}]
+    decoder.loads(json.dumps({"model": "m", "messages": history, "tools": tools}).encode())
+    assert not decoder.resumed
+    grown = [*history, {"role": "assistant", "content": "answer ✓"}]
+    raw = json.dumps({"model": "m", "messages": grown, "tools": tools}).encode()
+    assert decoder.loads(raw) == json.loads(raw)
+    assert decoder.resumed and decoder.reused == 5
+    again = json.dumps({"model": "m", "messages": grown, "tools": tools, "max_tokens": 9}).encode()
+    assert decoder.loads(again) == json.loads(again) and decoder.resumed  # a field after the array
+    folded = [*grown[:4], {"role": "tool", "content": "[folded ✓]"}, grown[5]]
+    raw = json.dumps({"model": "m", "messages": folded, "tools": tools}).encode()
+    assert decoder.loads(raw) == json.loads(raw)
+    assert decoder.resumed and decoder.reused == 4  # up to the message a pass rewrote
+    other = json.dumps({"model": "other", "messages": grown}).encode()
+    assert decoder.loads(other) == json.loads(other) and not decoder.resumed  # a field before it
+
+
 def test_an_unchanged_prefix_is_reused_not_decoded_again() -> None:
     decoder = PrefixDecoder()
     history = [{"role": "user", "content": f"question {i} ✓"} for i in range(5)]

@@ -21,7 +21,7 @@ from simulator.proxy.faults import (
     SlowClose,
     WafBlock,
 )
-from simulator.proxy.inprocess import mount_inprocess, respx_router
+from simulator.proxy.inprocess import InProcessClient, mount_inprocess, respx_router
 from simulator.proxy.loopback import OUTCOMES, TURN_HEADER, LoopbackServer
 from simulator.proxy.middlebox import Middlebox
 
@@ -114,6 +114,57 @@ def test_mount_inprocess_rejects_a_handler_that_returns_no_response() -> None:
     with httpx.Client(transport=mount_inprocess(lambda request: {"ok": True})) as client:  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="returned dict; it must return httpx.Response"):
             client.get("http://mock.local/")
+
+
+def _seen_by_the_handler(client_class: type[httpx.Client], **options: object) -> list[tuple[object, ...]]:
+    """What a handler sees of three requests through ``client_class``: method, URL, raw headers, body;
+    the first answer sets a cookie, request hooks add a header."""
+    seen: list[tuple[object, ...]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, str(request.url), request.headers.raw, request.content))
+        return httpx.Response(200, headers={"set-cookie": "session=abc; Path=/"}, json={"n": len(seen)})
+
+    def stamp(request: httpx.Request) -> None:
+        request.headers[TURN_HEADER] = str(len(seen) + 1)
+
+    answers: list[httpx.Response] = []
+    hooks = {"request": [stamp], "response": [answers.append]}
+    if client_class is InProcessClient:
+        client: httpx.Client = InProcessClient(handler, event_hooks=hooks, **options)  # type: ignore[arg-type]
+    else:
+        client = httpx.Client(transport=mount_inprocess(handler), event_hooks=hooks, **options)  # type: ignore[arg-type]
+    with client:
+        client.post("http://mock.local/v1/chat/completions", content=b'{"a": 1}', headers={"x-key": "k"})
+        with client.stream("POST", "http://mock.local/v1/messages", content=[b"chunk ", b"two"]) as streamed:
+            assert streamed.read() == b'{"n":2}'
+        assert client.get("http://mock.local/v1/models").json() == {"n": 3}
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    return seen
+
+
+def test_in_process_client_hands_the_handler_what_the_httpx_stack_does() -> None:
+    """Same method, URL, headers (defaults, hooks, cookies, Content-Length) and body as the client stack
+    in front of mount_inprocess."""
+    direct = _seen_by_the_handler(InProcessClient, trust_env=False)
+    assert direct == _seen_by_the_handler(httpx.Client, trust_env=False)
+    second, third = ({name.lower(): value for name, value in seen[2]} for seen in direct[1:])  # type: ignore[attr-defined]
+    assert second[b"cookie"] == b"session=abc" and third[TURN_HEADER.encode()] == b"3"
+
+
+def test_in_process_client_raises_what_the_handler_and_its_mount_raise() -> None:
+    box = Middlebox(ok_upstream, [ResetAfter(64 * KB)])
+    with InProcessClient(box) as client:
+        assert client.post("http://mock.local/v1/messages", content=b"x" * KB).status_code == 200
+        with pytest.raises(httpx.ReadError):
+            client.post("http://mock.local/v1/messages", content=b"x" * 200 * KB)
+        with pytest.raises(httpx.ConnectError, match="this mock serves http://mock.local"):
+            client.get("http://other.local/v1/models")
+    with pytest.raises(RuntimeError, match="client has been closed"):
+        client.get("http://mock.local/v1/models")
+    with InProcessClient(lambda request: "no response") as client:  # type: ignore[arg-type, return-value]
+        with pytest.raises(TypeError, match="it must return httpx.Response"):
+            client.get("http://mock.local/v1/models")
 
 
 def test_respx_router_calls_the_handler_on_every_request_without_exhausting() -> None:
