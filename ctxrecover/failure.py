@@ -69,7 +69,8 @@ class Failure:
     ``reason``/``reason_text`` are set for the kinds compaction recovers (§2.5);
     ``evidence`` is the phrase or signal that decided; ``stop_reason`` is the
     provider's stop/finish reason of a successful response;
-    ``context_limit_tokens`` is the context window an overflow error states, if any;
+    ``context_limit_tokens`` is the context window an overflow error states, if any, and
+    ``input_tokens`` the refused request's input tokens it states (the provider's count);
     ``output_limit_tokens`` the output cap an ``output_limit`` error states, if any.
     """
 
@@ -83,6 +84,7 @@ class Failure:
     stop_reason: str | None = None
     context_limit_tokens: int | None = None
     output_limit_tokens: int | None = None
+    input_tokens: int | None = None
 
     @property
     def recoverable(self) -> bool:

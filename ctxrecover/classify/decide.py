@@ -112,6 +112,7 @@ from ctxrecover.classify.wording import (
     output_truncated_wording,
     overflow_wording,
     payload_wording,
+    stated_input_tokens,
     stated_output_limit,
 )
 from ctxrecover.failure import PAYLOAD_KINDS, Failure, FailureKind
@@ -380,6 +381,7 @@ def decide(x: Evidence, *, large_history_chars: int = SUSPECTED_PAYLOAD_HISTORY_
         evidence=verdict.evidence,
         context_limit_tokens=context_window(text) if kind in _WINDOW_KINDS else None,
         output_limit_tokens=_output_cap(text) if kind is FailureKind.OUTPUT_LIMIT else None,
+        input_tokens=stated_input_tokens(text) if kind is FailureKind.CONTEXT_OVERFLOW else None,
     )
 
 

@@ -801,6 +801,8 @@ INPUT_BUDGET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
         r"your request has (\d+) input tokens",  # vLLM >= 0.6
         r"context limit: (\d+) \+ \d+ >",  # Anthropic
         r"prompt is (\d+) tokens long",  # SambaNova
+        r"prompt is too long: (\d+) tokens >",  # Anthropic, input alone
+        r"input token count \((\d+)\) exceeds",  # Gemini
     )
 )
 OUTPUT_BUDGET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(

@@ -100,6 +100,11 @@ def context_window(text: str) -> int | None:
     return min(found) if found else None
 
 
+def stated_input_tokens(text: str) -> int | None:
+    """The input tokens an overflow text says the refused request held (the provider's own count)."""
+    return _first_int(INPUT_BUDGET_PATTERNS, text)
+
+
 def budget(text: str) -> Budget | None:
     """The window and the input tokens a text states (and the output budget, if stated), else None."""
     window, used = context_window(text), _first_int(INPUT_BUDGET_PATTERNS, text)

@@ -69,9 +69,11 @@ def recover(
     ladder: RecoveryLadder,
     ctx: RecoveryContext,
     payload_notice: bool = False,
+    keep_images: bool = True,
 ) -> RecoveryResult:
     """One rewrite of the history for a rejected request (SPEC §6 steps 4–6): inline images outside
-    the last ``policy.nuclear_keep_messages`` messages archived (every one at the ladder's last rung),
+    the last ``policy.nuclear_keep_messages`` messages archived (every one at the ladder's last rung,
+    or when ``keep_images`` is False: the kept messages' images alone would not fit),
     the ladder step for ``attempt`` (1-based; it archives what it drops), and the payload notice
     message when ``payload_notice`` is set (skipped when a message already carries
     :data:`PAYLOAD_LIMIT_MARKER`).
@@ -81,7 +83,8 @@ def recover(
     (:mod:`ctxrecover.turn.rejection`), decided once there. The input history is never mutated.
     """
     # the last rung keeps no inline image: a window smaller than the kept images must still recover
-    keep = 0 if ladder.level_for(attempt) == len(ladder) else ctx.policy.nuclear_keep_messages
+    last_rung = ladder.level_for(attempt) == len(ladder)
+    keep = 0 if last_rung or not keep_images else ctx.policy.nuclear_keep_messages
     imageless, images = archive_images(history, archive=ctx.archive, keep_recent=keep)
     new_history, report = ladder(imageless, attempt, dataclasses.replace(ctx, failure=failure))
     if images.images_archived and not report.changed:

@@ -15,7 +15,14 @@ from ctxrecover.summarize.context_editing import mirror_applied_edits
 from ctxrecover.transport import ChatRequest, ChatResponse
 from ctxrecover.turn.conversation import Conversation
 
-__all__ = ["CALIBRATION_BOUNDS", "CALIBRATION_MIN_TOKENS", "CALIBRATION_WEIGHT", "account", "input_tokens"]
+__all__ = [
+    "CALIBRATION_BOUNDS",
+    "CALIBRATION_MIN_TOKENS",
+    "CALIBRATION_WEIGHT",
+    "account",
+    "calibrate",
+    "input_tokens",
+]
 
 CALIBRATION_MIN_TOKENS = 200  # ignore tiny requests when calibrating chars per token
 CALIBRATION_WEIGHT = 0.3  # exponential moving average of observed chars per token
@@ -58,14 +65,22 @@ def account(conv: Conversation, request: ChatRequest, response: ChatResponse) ->
                 "context_editing",
                 CONTEXT_EDITING_NOTICE % (report.cleared_tool_uses, report.cleared_input_tokens),
             )
-    # Calibrate on text only: images weigh their wire bytes but cost the model their token estimate.
+    if not edited:
+        calibrate(conv, request, prompt_tokens)
+
+
+def calibrate(
+    conv: Conversation, request: ChatRequest, prompt_tokens: int, *, weight: float = CALIBRATION_WEIGHT
+) -> None:
+    """Move chars per token towards what the provider counted for ``request`` (``weight`` of the way):
+    on text only, since images weigh their wire bytes but cost the model their token estimate."""
     weights = conv.passes.request_weights(request.messages)
     text_tokens = prompt_tokens - weights.image_tokens
-    if not edited and text_tokens >= CALIBRATION_MIN_TOKENS:
+    if text_tokens >= CALIBRATION_MIN_TOKENS:
         chars = weights.weight - weights.image_chars + conv.reserved_chars
         observed = chars / text_tokens
         low, high = CALIBRATION_BOUNDS
-        blended = (1 - CALIBRATION_WEIGHT) * conv.chars_per_token + CALIBRATION_WEIGHT * observed
+        blended = (1 - weight) * conv.chars_per_token + weight * observed
         conv.chars_per_token = min(high, max(low, blended))
 
 

@@ -66,8 +66,10 @@ from ctxrecover.recovery.diagnosis import (
     least_history,
     lowered_max_tokens,
 )
+from ctxrecover.sizes import image_tokens
 from ctxrecover.transport import ChatRequest
 from ctxrecover.turn.actions import Flow, Sleep
+from ctxrecover.turn.answer import calibrate, input_tokens
 from ctxrecover.turn.blocks import (
     BlockSearch,
     blank_refused,
@@ -80,6 +82,7 @@ from ctxrecover.turn.blocks import (
 )
 from ctxrecover.turn.conversation import Conversation
 from ctxrecover.turn.request import (
+    char_budget,
     history_request_bytes,
     prepare_request,
     request_body_key,
@@ -103,8 +106,15 @@ TRANSIENT_BACKOFF_S = (1.0, 4.0)
 OUTPUT_LIMIT_RETRIES = 3  # times one turn may lower max_tokens after "max_tokens is too large"
 # Decision beyond the reference: an overflow error that states the real window tightens the session's
 # window (like a learned payload cap), so the next turns compact before the provider rejects them.
+KEPT_IMAGES_SHARE = 0.5  # of the history's token room, at most, for the images a recovery keeps inline
+LEARNED_WINDOW_CODE = "learned_window"
 LEARNED_WINDOW_NOTICE = (
     "ℹ Provider reported a context window of %d tokens — budget recomputed for this session"
+)
+INFERRED_WINDOW_CODE = "inferred_window"
+INFERRED_WINDOW_NOTICE = (
+    "ℹ Provider refused a request of about %d tokens as too long without stating its context window — "
+    "budget recomputed below it for this session"
 )
 
 
@@ -212,14 +222,15 @@ def answer_rejection(
         request_body_key(conv, request), request_bytes(conv, request), judged.verdict
     )
 
+    if failure.kind is FailureKind.CONTEXT_OVERFLOW:
+        _learn_window(conv, failure, request)
     retry = request
     while turn.attempts < conv.policy.max_recovery_attempts:
         turn.attempts += 1
         if not announced and failure.notice:
             conv.events.notice(RECOVERABLE_FAILURE_CODE, failure.notice)
         announced = True  # one notice per rejected request, however many levels it takes to retry
-        _recover(conv, failure, turn.attempts)
-        _learn_window(conv, failure)
+        _recover(conv, failure, turn.attempts, max_tokens=turn.max_tokens)
         retry = yield from prepare_request(conv, turn.max_tokens, cancel)
         if _known_failure(conv, retry) is None:
             return retry
@@ -412,7 +423,12 @@ def _content_block_error(
 
 
 def _recover(
-    conv: Conversation, failure: Failure, attempt: int, *, ladder: RecoveryLadder | None = None
+    conv: Conversation,
+    failure: Failure,
+    attempt: int,
+    *,
+    ladder: RecoveryLadder | None = None,
+    max_tokens: int | None = None,
 ) -> None:
     """One recovery rewrite (SPEC §6 steps 3–7): memory flush and undo snapshot, ``PreCompact``,
     the ladder step (``ladder``'s, else the conversation's), once the payload notice,
@@ -436,6 +452,7 @@ def _recover(
             ladder=ladder or conv.ladder,
             ctx=ctx,
             payload_notice=payload_notice,
+            keep_images=_kept_images_fit(conv, failure, max_tokens),
         )
     if payload_notice:
         conv.gateway = conv.gateway.replace(payload_notice_sent=True)
@@ -451,11 +468,36 @@ def _recover(
     conv.tool_result_max_chars = result.tool_result_max_chars
 
 
-def _learn_window(conv: Conversation, failure: Failure) -> None:
+def _kept_images_fit(conv: Conversation, failure: Failure, max_tokens: int | None) -> bool:
+    """False when a context overflow's recovery would keep messages whose images cost more than half
+    the tokens the window leaves the history (its budget, the answer's reservation taken out): they
+    are archived too (recallable), or the retry overflows again beside the text it must keep."""
+    if failure.kind is not FailureKind.CONTEXT_OVERFLOW:
+        return True
+    keep = conv.policy.nuclear_keep_messages
+    kept = conv.history[-keep:] if keep else []
+    tokens = sum(image_tokens(m, conv.wire_format.value, conv.model) for m in kept)
+    room = char_budget(conv, max_tokens=max_tokens) / conv.chars_per_token
+    return tokens <= room * KEPT_IMAGES_SHARE
+
+
+def _learn_window(conv: Conversation, failure: Failure, request: ChatRequest) -> None:
+    """What a context overflow of ``request`` teaches about the window. The provider's count of the
+    refused request, when stated, calibrates chars per token at once (token-dense text, images counted
+    otherwise); the window it states is adopted; with no number, the refused request's estimate is an
+    upper bound of the window — the evidence interval's top, as a refused size is for the body cap."""
+    if failure.input_tokens:
+        calibrate(conv, request, failure.input_tokens, weight=1.0)
     limit = failure.context_limit_tokens
-    if limit and limit < conv.context_window:
-        conv.context_window = limit
-        conv.events.notice("learned_window", LEARNED_WINDOW_NOTICE % limit)
+    if limit:
+        if limit < conv.context_window:
+            conv.context_window = limit
+            conv.events.notice(LEARNED_WINDOW_CODE, LEARNED_WINDOW_NOTICE % limit)
+        return
+    estimate = input_tokens(conv, request)
+    if 0 < estimate < conv.context_window:
+        conv.context_window = estimate
+        conv.events.notice(INFERRED_WINDOW_CODE, INFERRED_WINDOW_NOTICE % estimate)
 
 
 # -- what is known to fail ------------------------------------------------------------------------------

@@ -219,6 +219,10 @@ def run_soak(user_turns: int, *, trace_from: float = 0.0) -> SoakResult:
                 fed_chars += total_weight((msg,))
             script.reply = Reply(turn.reply.content, turn.reply.tool_calls)
             choice = index // MAX_TOKENS_SWITCH_EVERY % len(MAX_TOKENS_CHOICES)
+            # the bound the prologue compacts to: the turn's answers (and an overflow's count) recalibrate
+            # chars per token, which moves the budget by a few chars the compaction could not have known;
+            # the history must fit the budget the session held at one end of the turn
+            aimed_at = session.char_budget()
             try:
                 produced = session.complete(max_tokens=MAX_TOKENS_CHOICES[choice])
             except ContentBlockedError as blocked:
@@ -235,7 +239,7 @@ def run_soak(user_turns: int, *, trace_from: float = 0.0) -> SoakResult:
             summarizer.calls.clear()
             history = session.history
             weight = total_weight(history)
-            budget = session.char_budget()
+            budget = max(aimed_at, session.char_budget())
             compacted = history[:-1]  # what the prologue compacted; the reply came after
             if len(history) > MAX_HISTORY_MESSAGES or (
                 total_weight(compacted) > budget and not _at_compaction_floor(compacted, session)

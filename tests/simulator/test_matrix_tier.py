@@ -44,13 +44,11 @@ def test_a_transcript_under_another_scenario_holds_every_invariant(transcript: s
     assert [f"{v.invariant}: {v.detail}" for v in check_run(result)] == []
 
 
-# Cells that break an invariant until the turn engine's work lands (issue 26 items 2 and 3, the lead's):
-# the window learned as an interval of evidence and the retry after an overflow sized from the rejected
-# request. Token-dense text and full-screen images fill the mock window faster than the configured or
-# catalog window says: today the retry after an overflow is not re-scaled from the rejected request, so an
-# episode costs 2-3 rejected requests (the oracle: 1), and the last rung of the ladder keeps the inline
-# images of the messages it keeps, so a window smaller than their tokens fails the turn
-# (anthropic-200k-overflow × screens-600k; the fix to recover.py is in the branch's report).
+# Cells where the window is what the content decides (issue 26 items 2 and 3): token-dense text and
+# full-screen images fill the mock window faster than the configured or catalog window says. An overflow
+# that states no number bounds the window by the refused request's estimate; one that counts the refused
+# request calibrates chars per token at once; a recovery whose kept messages' images alone would take more
+# than half the window's room archives them too. Each episode then costs the oracle's one rejected request.
 WINDOW_CELLS = [
     ("screens-600k", "anthropic-200k-overflow"),
     ("screens-600k", "bedrock-window-misconfigured"),

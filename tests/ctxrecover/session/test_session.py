@@ -1010,6 +1010,61 @@ def test_an_overflow_that_states_the_window_tightens_the_sessions_window_once() 
     assert session.char_budget(max_tokens=4096) <= int((8000 - 4096) * session.chars_per_token)
 
 
+INFERRED_WINDOW = (
+    "ℹ Provider refused a request of about %d tokens as too long without stating its context window — "
+    "budget recomputed below it for this session"
+)
+
+
+def test_an_overflow_that_states_no_number_bounds_the_window_by_the_refused_request() -> None:
+    # Bedrock's "Input is too long for requested model." names no window: the refused request's own
+    # estimate is the window's upper bound (issue 26), so the retry and every later turn fit below it.
+    overflow = SendFailed(
+        "HTTP 400",
+        request_bytes=60_000,
+        status=400,
+        body='{"message":"Input is too long for requested model."}',
+    )
+    sender = ScriptedSender(overflow, answer("ok"), answer("ok"), wire_format="bedrock-converse", model="m")
+    events: list[object] = []
+    session = Session(sender, on_event=events.append, policy=Policy(context_window=200_000))
+    session.extend(conversation(30, 1800))
+
+    session.complete()
+
+    refused = session.context_window
+    assert 10_000 < refused < 200_000
+    assert notices(events, "inferred_window") == [INFERRED_WINDOW % refused]
+    sent = [total_weight(r.messages) / session.chars_per_token for r in sender.requests]
+    assert sent[1] < refused * 0.7 < sent[0]  # the retry aims at the budget below the bound
+    session.add(Message.user("and now?"))
+    session.complete()
+    assert len(sender.requests) == 3 and notices(events, "inferred_window") == [INFERRED_WINDOW % refused]
+
+
+def test_an_overflow_that_counts_the_refused_request_calibrates_chars_per_token_at_once() -> None:
+    # Token-dense text: the provider counts 40,000 tokens where 4 chars per token would say ~14,000.
+    text = conversation(30, 1800)
+    chars = total_weight(text)
+    overflow = SendFailed(
+        "HTTP 400",
+        request_bytes=60_000,
+        status=400,
+        body='{"type":"error","error":{"type":"invalid_request_error",'
+        '"message":"prompt is too long: 40000 tokens > 30000 maximum"}}',
+    )
+    sender = ScriptedSender(overflow, answer("ok"), wire_format="anthropic", model="claude-test")
+    session = Session(sender)
+    session.extend(text)
+
+    session.complete()
+
+    assert session.context_window == 30_000
+    assert session.chars_per_token == pytest.approx(chars / 40_000, rel=0.05)
+    retry = sender.requests[1]
+    assert total_weight(retry.messages) / session.chars_per_token < 30_000 - 4096
+
+
 def test_a_ladder_level_that_leaves_the_request_unchanged_is_never_resent() -> None:
     sender = ScriptedSender(OVERFLOW_ERROR)
     session = Session(sender)
