@@ -10,7 +10,7 @@ from simulator.cli.app import main
 from simulator.engines import HAProxy, engine_class
 from simulator.engines.tier import engine_for, knobs_from_faults
 from simulator.proxy.scenario import ScenarioError, load_scenario
-from simulator.replay import replay
+from simulator.replay import ReplayResult, expectation_problems, replay
 
 SCENARIO = """\
 description = "A gateway whose cap only the real engine has: the scenario's faults are none."
@@ -98,3 +98,26 @@ def test_a_scenario_naming_an_engine_replays_through_the_real_program(
     assert real.outcome == "recovered" and real.failure_kinds[0] == "payload_too_large"
     assert real.learned_cap is not None and real.learned_cap <= 131072
     assert real.chars_lost == 0
+
+
+@pytest.mark.slow
+def test_the_real_crs_refuses_a_coding_agents_system_prompt_and_the_session_fails_fast_naming_it(
+    require_engine: object,
+) -> None:
+    # Apache + ModSecurity + OWASP CRS 3.3 at its defaults, against the mock's anomaly-scored imitation:
+    # the same requests, the same content-floor diagnosis, two blocked requests, no cap (issue 22 item 9).
+    require_engine("apache-modsecurity")  # type: ignore[operator]
+    mock = replay(None, "crs-system-prompt-blocked")
+    real = replay(None, "crs-system-prompt-blocked", engines="real")
+
+    def shape(result: ReplayResult) -> list[tuple[int, int, str]]:
+        return [(r.turn, r.attempt, r.outcome) for r in result.records]
+
+    assert (
+        shape(real)
+        == shape(mock)
+        == [(0, 1, "rejected:waf_rejection"), (0, 2, "experiment:passed"), (0, 3, "failed")]
+    )
+    assert expectation_problems(real) == []
+    assert real.error is not None and real.error.startswith("✖ The gateway refuses the system prompt itself")
+    assert real.learned_cap is None and real.chars_lost == 0
