@@ -47,7 +47,8 @@ def char_budget(
 
     When the request asks for ``max_tokens`` (Anthropic always does), the
     provider reserves them inside the window: the budget never exceeds the
-    window minus that reservation, even at a generous ratio.
+    mode's ratio of the window minus that reservation (the ratio is the
+    headroom for chars per token, an estimate that varies from message to message).
 
     Under a payload cap, the budget keeps ``1 − policy.payload_cap_headroom``
     (30%) of the room the cap leaves *beyond the non-compactable base*
@@ -62,8 +63,8 @@ def char_budget(
     anthropic_default = DEFAULT_ANTHROPIC_MAX_TOKENS if conv.wire_format is WireFormat.ANTHROPIC else 0
     reserve = max_tokens or anthropic_default
     room = conv.context_window - reserve
-    if reserve and room > 0:
-        budget = min(budget, int(room * conv.chars_per_token) - conv.reserved_chars)
+    if reserve and room > 0:  # the mode's ratio of that room: chars per token is an estimate, per message
+        budget = min(budget, int(room * ratio * conv.chars_per_token) - conv.reserved_chars)
     cap = conv.gateway.effective_cap
     if not cap:
         return budget
