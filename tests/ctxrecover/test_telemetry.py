@@ -11,6 +11,9 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+import ctxrecover.recovery.notices as notice_codes
+import ctxrecover.turn.rejection as rejection
+
 pytest.importorskip("opentelemetry.sdk", reason="needs the otel extra: pip install 'ctxrecover[otel]'")
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
@@ -198,3 +201,13 @@ def test_importing_the_module_does_not_import_opentelemetry() -> None:
     code = "import sys, ctxrecover, ctxrecover.telemetry; print('opentelemetry' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_every_notice_code_the_library_emits_has_its_own_event_name() -> None:
+    codes = {
+        value
+        for module in (notice_codes, rejection)
+        for name, value in vars(module).items()
+        if name.endswith("_CODE") and isinstance(value, str)
+    }
+    assert codes - set(NOTICE_EVENTS) == set()
