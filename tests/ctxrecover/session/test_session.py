@@ -457,7 +457,9 @@ def test_every_archive_write_is_counted_by_its_source_and_recoveries_count_as_co
         "HTTP 400",
         request_bytes=900_000,
         status=400,
-        body='{"error":{"code":"context_length_exceeded","message":"maximum context length exceeded"}}',
+        # the window it states is the one the session assumed: the recovery's rungs do the cutting
+        body='{"error":{"code":"context_length_exceeded","message":"This model\'s maximum context length '
+        'is 128000 tokens."}}',
     )
     sender = ScriptedSender(answer("first"), overflow, answer("second"), answer("third"))
     session = Session(sender)
