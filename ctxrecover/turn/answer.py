@@ -52,6 +52,7 @@ def account(conv: Conversation, request: ChatRequest, response: ChatResponse) ->
     usage = response.usage
     prompt_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
     conv.stats.provider_input_tokens += prompt_tokens
+    conv.accepted_prompt_tokens = max(conv.accepted_prompt_tokens, prompt_tokens)
     conv.stats.provider_output_tokens += usage.output_tokens
     edited = False
     if conv.context_editing:

@@ -70,6 +70,7 @@ class Checkpoint:
     tool_result_budget_chars: int
     tool_result_max_chars: int
     context_window: int
+    accepted_prompt_tokens: int
     chars_per_token: float
     unproven: dict[int, Message]
     last_accepted: tuple[Message, ...]
@@ -82,7 +83,8 @@ class Conversation:
 
     State (replaced by the turn engine, persisted by :meth:`state`): ``history`` (a property
     that keeps the archive's pins in step), ``gateway``, the tool-result limits, the
-    ``context_window`` and the calibrated ``chars_per_token``; ``unproven`` holds the
+    ``context_window`` with ``accepted_prompt_tokens`` (the largest prompt the provider accepted, by
+    its own count: the window's lower bound) and the calibrated ``chars_per_token``; ``unproven`` holds the
     messages no accepted request carried yet (by id): a block's first suspects.
     Collaborators: ``policy``, ``events``, ``stats``, ``archive``, ``passes``, ``compactor``,
     ``ladder``, ``escalation`` and ``classify``.
@@ -129,6 +131,7 @@ class Conversation:
         self.tools = tools
         self.reserved_chars = reserved_chars
         self.context_window = context_window
+        self.accepted_prompt_tokens = 0
         self.context_editing = context_editing
         self.transient_retries = transient_retries
         self.tool_result_budget_chars = policy.tool_result_budget_chars
@@ -195,6 +198,7 @@ class Conversation:
             tool_result_budget_chars=self.tool_result_budget_chars,
             tool_result_max_chars=self.tool_result_max_chars,
             context_window=self.context_window,
+            accepted_prompt_tokens=self.accepted_prompt_tokens,
             chars_per_token=self.chars_per_token,
             unproven=self.unproven,
             last_accepted=self.last_accepted,
@@ -217,6 +221,7 @@ class Conversation:
         self.tool_result_budget_chars = checkpoint.tool_result_budget_chars
         self.tool_result_max_chars = checkpoint.tool_result_max_chars
         self.context_window = checkpoint.context_window
+        self.accepted_prompt_tokens = checkpoint.accepted_prompt_tokens
         self.chars_per_token = checkpoint.chars_per_token
         self.unproven = checkpoint.unproven
         self.last_accepted = checkpoint.last_accepted
@@ -238,6 +243,7 @@ class Conversation:
             "output_cap": self.escalation.learned_cap,
             "chars_per_token": self.chars_per_token,
             "context_window": self.context_window,
+            "accepted_prompt_tokens": self.accepted_prompt_tokens,
             "tool_result_budget_chars": self.tool_result_budget_chars,
             "tool_result_max_chars": self.tool_result_max_chars,
             "archive_owner": self.archive.owner,
@@ -260,6 +266,7 @@ class Conversation:
             self.escalation.learn_output_cap(int(state["output_cap"]))
         self.chars_per_token = float(state.get("chars_per_token", self.chars_per_token))
         self.context_window = int(state.get("context_window", self.context_window))
+        self.accepted_prompt_tokens = int(state.get("accepted_prompt_tokens", 0))
         self.tool_result_budget_chars = int(
             state.get("tool_result_budget_chars", self.tool_result_budget_chars)
         )

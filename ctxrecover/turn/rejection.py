@@ -484,8 +484,9 @@ def _kept_images_fit(conv: Conversation, failure: Failure, max_tokens: int | Non
 def _learn_window(conv: Conversation, failure: Failure, request: ChatRequest) -> None:
     """What a context overflow of ``request`` teaches about the window. The provider's count of the
     refused request, when stated, calibrates chars per token at once (token-dense text, images counted
-    otherwise); the window it states is adopted; with no number, the refused request's estimate is an
-    upper bound of the window — the evidence interval's top, as a refused size is for the body cap."""
+    otherwise); the window it states is adopted. With no number, the window lies between the largest
+    prompt the provider accepted and the refused request's estimate — the same evidence §11 uses for
+    the body cap, and the same rule (SPEC §6.1): ¾ of the refused, never below what was accepted."""
     if failure.input_tokens:
         calibrate(conv, request, failure.input_tokens, weight=1.0)
     limit = failure.context_limit_tokens
@@ -495,8 +496,9 @@ def _learn_window(conv: Conversation, failure: Failure, request: ChatRequest) ->
             conv.events.notice(LEARNED_WINDOW_CODE, LEARNED_WINDOW_NOTICE % limit)
         return
     estimate = input_tokens(conv, request)
-    if 0 < estimate < conv.context_window:
-        conv.context_window = estimate
+    window = max(conv.accepted_prompt_tokens, estimate * 3 // 4)
+    if 0 < window < conv.context_window:
+        conv.context_window = window
         conv.events.notice(INFERRED_WINDOW_CODE, INFERRED_WINDOW_NOTICE % estimate)
 
 

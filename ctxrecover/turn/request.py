@@ -21,6 +21,7 @@ from ctxrecover.sizes import total_weight
 from ctxrecover.summarize.context_editing import context_management_request
 from ctxrecover.transport import ChatRequest
 from ctxrecover.turn.actions import Flow
+from ctxrecover.turn.answer import input_tokens
 from ctxrecover.turn.conversation import LIVE_OUTGOING, Conversation
 from ctxrecover.wire import DEFAULT_ANTHROPIC_MAX_TOKENS, WireFormat, encode_request, request_size
 
@@ -60,8 +61,7 @@ def char_budget(
     budget = base_char_budget(
         conv.context_window, ratio, chars_per_token=conv.chars_per_token, reserved_chars=conv.reserved_chars
     )
-    anthropic_default = DEFAULT_ANTHROPIC_MAX_TOKENS if conv.wire_format is WireFormat.ANTHROPIC else 0
-    reserve = max_tokens or anthropic_default
+    reserve = _reserve(conv, max_tokens)
     room = conv.context_window - reserve
     if reserve and room > 0:  # the mode's ratio of that room: chars per token is an estimate, per message
         budget = min(budget, int(room * ratio * conv.chars_per_token) - conv.reserved_chars)
@@ -72,6 +72,11 @@ def char_budget(
     room = max(0, cap - history_request_bytes(conv, system, max_tokens))
     # The policy's headroom, not sizes' module default: the knob must take effect.
     return min(budget, total_weight(system) + int(room * conv.policy.payload_cap_headroom))
+
+
+def _reserve(conv: Conversation, max_tokens: int | None) -> int:
+    """The tokens the provider reserves inside the window for the answer (Anthropic always asks)."""
+    return max_tokens or (DEFAULT_ANTHROPIC_MAX_TOKENS if conv.wire_format is WireFormat.ANTHROPIC else 0)
 
 
 def history_request_bytes(conv: Conversation, history: Sequence[Message], max_tokens: int | None) -> int:
@@ -169,16 +174,17 @@ def prepare_request(
     for _ in range(BYTE_FIT_ROUNDS):
         size = request_bytes(conv, request)
         if not cap or size <= cap:
-            return request
+            break
         budget = int(min(budget, passes.weight(conv.history)) * cap / size * BYTE_FIT_MARGIN)
         changed = yield from compact_to(conv, budget, "auto", cancel, keep_recent=keep)
         if not changed and keep <= BYTE_FIT_MIN_KEEP:
             break
         keep = max(BYTE_FIT_MIN_KEEP, keep // 2)
         request = outgoing(conv, max_tokens)
-    if cap and request_bytes(conv, request) > cap:
-        # The last resort before a request known to be over the cap: images too large for the
-        # gateway, the newest included, go to the archive behind their notes.
+    over_window = input_tokens(conv, request) + _reserve(conv, max_tokens) > conv.context_window
+    if (cap and request_bytes(conv, request) > cap) or over_window:
+        # The last resort before a request known to be over the cap or the window: images too
+        # large for it, the newest included, go to the archive behind their notes.
         with conv.archive.attributed("images"):
             history, images = archive_images(conv.history, archive=conv.archive, keep_recent=0)
         if images.images_archived:

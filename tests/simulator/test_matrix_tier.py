@@ -64,3 +64,25 @@ def test_an_overflow_is_recovered_within_the_oracle_whatever_the_content(
     result = replay(transcript, scenario)
     assert [f"{v.invariant}: {v.detail}" for v in check_run(result)] == []
     assert result.turns_completed == result.turns  # no turn failed that compaction could save
+
+
+# The window a deployment accepts is below the configured one and its error names no number: the
+# evidence bounds it (¾ of the refused request's estimate, never below the largest accepted prompt),
+# and a request whose inline images alone cannot fit that window archives them before it is sent.
+# Issue 26's bar is at most two overflow episodes per run; the heavy transcripts run in bench_matrix.
+WINDOW_TRANSCRIPTS = [
+    "swe-agent-nofc-quiet-rotation",
+    "coding-120k",
+    "dense-text-400k",
+    "chat-long-answers-600k",
+    "screens-600k",
+    "screenshots-1m",
+]
+
+
+@pytest.mark.parametrize("transcript", WINDOW_TRANSCRIPTS)
+def test_a_window_that_states_no_number_costs_at_most_two_overflow_episodes(transcript: str) -> None:
+    result = replay(transcript, "bedrock-window-misconfigured")
+    episodes = {r.turn for r in result.records if r.outcome == "rejected:context_overflow"}
+    assert len(episodes) <= 2, sorted(episodes)
+    assert result.turns_completed == result.turns and result.chars_lost == 0
