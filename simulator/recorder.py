@@ -24,6 +24,9 @@ Conventions (see :data:`simulator.research.metrics.OUTCOMES`):
   ``ChatRequest.purpose == "experiment"``) is an attempt of its own: ``experiment:passed``, or
   ``experiment:blocked`` — a rejected request of its episode, announced like any refusal, ``failed``
   when the turn gives up right after it;
+- every refused attempt's failure signature (``kind:status:page fingerprint``, the gateway model's key:
+  :func:`ctxrecover.recovery.failure_signature`) is kept by ``(turn, attempt)`` in
+  :attr:`Recorder.signatures`, so the oracle of rejected requests tells one block page from another;
 - a content block the replay answers by setting the refused message aside
   (:meth:`Recorder.content_block`) leaves the rejection pending as ``rejected:<kind>``, and the
   compaction a misreading of it did (undone by the session) is not counted as a recovery.
@@ -44,7 +47,7 @@ from ctxrecover.errors import ContentBlockedError, PayloadFloorError, RecoveryEr
 from ctxrecover.events import Event, Notice, PostCompact, PreCompact, SessionStats, StatusEvent
 from ctxrecover.messages import Message
 from ctxrecover.passes.history_index import SizedHistory
-from ctxrecover.recovery import CONTENT_WITHHELD_CODE, body_key
+from ctxrecover.recovery import CONTENT_WITHHELD_CODE, body_key, failure_signature, response_text
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
 from ctxrecover.transport import ChatRequest, ChatResponse, HttpxSender, SendFailed
@@ -213,6 +216,7 @@ class Recorder:
         self.recoveries = 0
         self.recovery_level = 0
         self.rejected_keys: set[str] = set()  # body keys rejected on this turn
+        self.signatures: dict[tuple[int, int], str] = {}  # (turn, attempt) → failure signature
         self.turn_cap: int | None = None
         self.content_blocks: list[ContentBlock] = []
         self.withheld = 0  # parts the session withheld as refused content (its notices)
@@ -374,6 +378,7 @@ class Recorder:
             error, request_bytes=error.request_bytes, history_chars=total_weight(self.session.history)
         )
         fields["failure_kind"] = failure.kind.value
+        self.signatures[(self.turn, self.attempt)] = failure_signature(failure, response_text(error))
         outcome = EXPERIMENT_BLOCKED if self.experiment else f"rejected:{failure.kind.value}"
         self.pending = Pending(fields, outcome)
         self.in_failure = True

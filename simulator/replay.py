@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cached_property
@@ -138,6 +138,8 @@ class ReplayResult:
     scenario was fitted to the transcript (:meth:`Scenario.fitted
     <simulator.proxy.scenario.Scenario.fitted>`: a planted turn beyond it moved to its last turn);
     ``scenario`` is the scenario as it ran. ``floor`` is what a ``fail_fast_floor`` named.
+    ``signatures`` maps each refused attempt's ``(turn, attempt)`` to its failure signature
+    (:func:`ctxrecover.recovery.failure_signature`: kind, status, page fingerprint).
     """
 
     run_id: str
@@ -168,6 +170,7 @@ class ReplayResult:
     withheld: int = 0
     notes: tuple[str, ...] = ()
     floor: FloorFailure | None = None
+    signatures: Mapping[tuple[int, int], str] = dataclasses.field(default_factory=dict)
 
     @cached_property
     def frame(self) -> pd.DataFrame:
@@ -464,6 +467,7 @@ def replay(
         content_blocks=tuple(recorder.content_blocks),
         withheld=recorder.withheld,
         notes=notes,
+        signatures=dict(recorder.signatures),
         floor=(
             FloorFailure(error.over, error.over_bytes, error.rejected_bytes, completed)
             if isinstance(error, PayloadFloorError)

@@ -26,13 +26,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from simulator.research.levels import compaction_step, recovery_step
-from simulator.research.metrics import (
-    EXPERIMENT_BLOCKED,
-    OUTCOME_FAILED,
-    OUTCOME_FLOOR,
-    OUTCOME_TRUNCATED,
-    REJECTED_PREFIX,
-)
+from simulator.research.metrics import OUTCOME_TRUNCATED, is_rejection
 from simulator.research.plotting import (
     FIGURE_DPI,
     binary_unit,
@@ -292,7 +286,7 @@ def _wire_panel(ax: Axes, run: pd.DataFrame, xs: Sequence[int]) -> None:
     outcomes = [str(outcome) for outcome in run["outcome"]]
     marks: tuple[tuple[tuple[str, str, str], list[int]], ...] = (
         (TRUNCATED_STYLE, [i for i, outcome in enumerate(outcomes) if outcome == OUTCOME_TRUNCATED]),
-        (REJECTION_STYLE, [i for i, outcome in enumerate(outcomes) if _is_rejection(outcome)]),
+        (REJECTION_STYLE, [i for i, outcome in enumerate(outcomes) if is_rejection(outcome)]),
     )
     for mark_style, chosen in marks:
         if chosen:
@@ -402,14 +396,6 @@ def is_na(value: object) -> bool:
     import pandas as pd
 
     return bool(pd.isna(value))
-
-
-def _is_rejection(outcome: str) -> bool:
-    return outcome.startswith(REJECTED_PREFIX) or outcome in (
-        OUTCOME_FAILED,
-        OUTCOME_FLOOR,
-        EXPERIMENT_BLOCKED,
-    )
 
 
 def _turn_ticks(ax: Axes, xs: Sequence[int], turns: Sequence[int]) -> None:

@@ -27,7 +27,9 @@ __all__ = [
     "OUTCOMES",
     "RUN_COLUMNS",
     "SUMMARY_COLUMNS",
+    "continues_episode",
     "episodes",
+    "is_rejection",
     "records_to_frame",
     "rejected_per_episode",
     "summarize_run",
@@ -198,17 +200,18 @@ def records_to_frame(records: Iterable[AttemptRecord]) -> pd.DataFrame:
 
 
 # -- episodes and summaries -------------------------------------------------------------------
-def _is_rejection(outcome: str) -> bool:
+def is_rejection(outcome: str) -> bool:
+    """A rejected request: ``rejected:*``, ``failed``, ``fail_fast_floor`` or ``experiment:blocked``."""
     return (
         outcome.startswith(REJECTED_PREFIX) or outcome in TERMINAL_REJECTIONS or outcome == EXPERIMENT_BLOCKED
     )
 
 
 def _is_accepted(outcome: str) -> bool:
-    return not _is_rejection(outcome) and outcome != EXPERIMENT_PASSED
+    return not is_rejection(outcome) and outcome != EXPERIMENT_PASSED
 
 
-def _is_open(outcome: str) -> bool:
+def continues_episode(outcome: str) -> bool:
     """An attempt after which its turn's episode goes on: a rejection retried, or an experiment."""
     return outcome.startswith(REJECTED_PREFIX) or outcome in (EXPERIMENT_PASSED, EXPERIMENT_BLOCKED)
 
@@ -230,7 +233,7 @@ class _Episode:
     final_level: int | None = None
 
     def add(self, outcome: str, level: object, identical_retry: bool) -> None:
-        self.rejected_requests += _is_rejection(outcome)
+        self.rejected_requests += is_rejection(outcome)
         self.wasted_retries += bool(identical_retry)
         if outcome.startswith(RECOVERED_PREFIX):
             self.final_level = int(outcome.removeprefix(RECOVERED_PREFIX))
@@ -265,11 +268,11 @@ def episodes(frame: pd.DataFrame) -> pd.DataFrame:
         key = (run_id, int(turn))
         episode = open_episodes.get(key)
         if episode is None:
-            if not _is_rejection(outcome):
+            if not is_rejection(outcome):
                 continue
             episode = open_episodes[key] = _Episode(run_id, int(turn), _failure_kind(outcome, kind))
         episode.add(outcome, level, identical)
-        if _is_open(outcome):
+        if continues_episode(outcome):
             continue
         episode.recovered = _is_accepted(outcome)
         closed.append(open_episodes.pop(key))
@@ -366,7 +369,7 @@ def summarize_run(
         "failures_by_kind": {str(kind): int(count) for kind, count in sorted(failures.items())},
         "recovered_episodes": int(eps["recovered"].sum()),
         "failed_episodes": int((~eps["recovered"]).sum()),
-        "rejected_requests": int(frame["outcome"].map(_is_rejection).sum()) if len(frame) else 0,
+        "rejected_requests": int(frame["outcome"].map(is_rejection).sum()) if len(frame) else 0,
         "wasted_retries": int(frame["identical_retry"].sum()),
         "wire_bytes": int(frame["request_bytes"].sum()),
         "summarizer_calls": int(frame["summarizer_calls"].sum()),

@@ -1,33 +1,38 @@
 """The oracle of rejected requests: for each failure episode, the fewest rejected requests any policy
-obeying SPEC §§6, 11 and 12 could need (issue 24, P5).
+obeying SPEC §§6, 11 and 12 could need (issue 24, P5) — the one oracle the benchmark and the matrix
+test tier (:mod:`simulator.research.workload_matrix`) both read.
 
 A rejected request is how a limit is found: no policy learns a gateway's cap, or that a body is too
 large for a context window, without one. What a lawful policy may spend beyond that is fixed by the
 SPEC, per limit an episode meets (:data:`ORACLE_RULES`, each with its section):
 
-- **an unambiguous signal** — a 413, a context overflow, a 431, a block page a size experiment
-  reads as size, a ``max_tokens`` error, a rate limit: **1** (§6: the rejection teaches the limit,
-  the retry fits it; §11: a block above every accepted size settled by the experiment that passes);
+- **an unambiguous signal** — a 413, a context overflow, a 431, a ``max_tokens`` error, a rate
+  limit, a block page of a signature already read as size: **1** (§6: the rejection teaches the
+  limit, the retry fits it);
+- **a block page read as size** the first time its signature is (kind, status, page fingerprint:
+  :func:`ctxrecover.recovery.failure_signature`): **2** — the block, and the same size without the
+  content new since the last accepted request, refused too (§12: no cap without a size experiment;
+  the replay records it as ``experiment:blocked``);
 - **an ambiguous network failure** — a reset, an EOF, a 502/503/504 without a provider's body
-  (``transient_network``): **2** for the first of its kind in a session, which earns one plain
+  (``transient_network``): **2** for the first of its signature in a session, which earns one plain
   retry as it was (§2.4, §11), and **1** for later ones, which are payload evidence at once (§11);
 - **a content block** among ``n`` candidate parts — the parts new since the last accepted request
-  (§12's first tier): **1 + ⌈log2 n⌉**, the blocked requests delta debugging needs for one culprit
-  among ``n`` (§12);
+  (§12's first tier, :func:`content_candidates`): **1 + ⌈log2 n⌉**, the blocked requests delta
+  debugging needs for one culprit among ``n`` (§12);
 - **a policy block**, or **a refused base** (the minimal request or the system prompt alone refused):
   **2** — the block, and the one experiment every lawful policy must send to tell it from size and
   content, refused too (§12).
 
-An *episode* here is a turn's run of rejected requests from its first rejection to the answer it
-delivers: the experiments a block search sends (requests with at most ``experiment_max_tokens``,
-answered truncated) do not end it, since they are part of settling the one block
-(:func:`simulator.research.metrics.episodes` splits at them). An episode meeting several limits in
-turn (a real 413, then a content rule on the retry) costs the sum of each limit's fewest. The
-matrix test tier holds every run to this oracle; the benchmark reports ``rejected ÷ oracle``.
+An *episode* is :func:`simulator.research.metrics.episodes`' (a turn's run of rejected requests, block
+experiments included, to the attempt that ends it); its rejected requests count every
+``experiment:blocked`` of it. An episode meeting several limits in turn (a real 413, then a content
+rule on the retry) costs the sum of each limit's fewest. A block page's reading comes from the notice
+the library gave (:data:`BLOCK_READINGS`); without one it was read as size.
 
->>> oracle_rejections([("payload_too_large", False, 0), ("transient_network", False, 0),
-...                    ("transient_network", False, 0), ("waf_rejection", True, 5)])
-[1, 2, 1, 4]
+>>> oracle_rejections([Signal("payload_too_large"), Signal("transient_network"),
+...                    Signal("transient_network"), Signal("waf_rejection", "content", 5),
+...                    Signal("waf_rejection"), Signal("waf_rejection")])
+[1, 2, 1, 4, 2, 1]
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from ctxrecover.recovery import (
     CONTENT_WITHHELD_CODE,
     POLICY_BLOCK_CODE,
 )
-from simulator.research.metrics import OUTCOME_TRUNCATED, REJECTED_PREFIX, TERMINAL_REJECTIONS, AttemptRecord
+from simulator.research.metrics import REJECTED_PREFIX, AttemptRecord, continues_episode, is_rejection
 from simulator.workloads import split_turns
 
 if TYPE_CHECKING:
@@ -54,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AMBIGUOUS_KINDS",
+    "BLOCK_KINDS",
     "BLOCK_READINGS",
     "ORACLE_RULES",
     "OracleEpisode",
@@ -69,6 +75,10 @@ __all__ = [
 ORACLE_RULES: Mapping[str, tuple[str, str]] = MappingProxyType(
     {
         "unambiguous": ("1", "§6 steps 1 and 7, §11 size-consistent blocks, §8/§11 max_tokens"),
+        "block_as_size_first": (
+            "2: the block and the size experiment, refused too",
+            "§12 three hypotheses (size), blocks never become caps",
+        ),
         "ambiguous_first": ("2: the rejection and one plain retry", "§2.4, §11 size-correlated failures"),
         "ambiguous_later": ("1: payload evidence at once", "§11 size-correlated failures"),
         "content": ("1 + ⌈log2 n⌉ for one culprit among n new parts", "§12 find the culprit"),
@@ -77,6 +87,8 @@ ORACLE_RULES: Mapping[str, tuple[str, str]] = MappingProxyType(
 )
 # Failure kinds of a signal that does not say whether size caused it (SPEC §2.4, §11).
 AMBIGUOUS_KINDS: frozenset[str] = frozenset({"transient_network"})
+# Failure kinds of a block page: size, content or policy until an experiment settles it (SPEC §12).
+BLOCK_KINDS: frozenset[str] = frozenset({"waf_rejection"})
 # How an episode's block was settled, from the notice the library gave (ctxrecover.recovery codes).
 BLOCK_READINGS: Mapping[str, str] = MappingProxyType(
     {
@@ -92,34 +104,40 @@ BLOCK_READINGS: Mapping[str, str] = MappingProxyType(
 class Signal:
     """One limit an episode met: the failure kind it was first rejected with; for a block page the
     ``reading`` that settled it (:data:`BLOCK_READINGS`, None for a size reading); for a content block
-    the ``candidates`` (parts new since the last accepted request) its culprit was among."""
+    the ``candidates`` (parts new since the last accepted request) its culprit was among; the
+    ``signature`` (:func:`ctxrecover.recovery.failure_signature`) that tells one page or network
+    failure from another ("" when unknown: the kind stands for it)."""
 
     kind: str
     reading: str | None = None
     candidates: int = 0
+    signature: str = ""
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        """What a session remembers of this limit: its signature (else kind) and its reading."""
+        return (self.signature or self.kind, self.reading)
 
 
 def fewest_rejected(signal: Signal, *, first_of_kind: bool) -> int:
     """The fewest rejected requests a lawful policy needs for ``signal`` (:data:`ORACLE_RULES`);
-    ``first_of_kind``: no episode of the session met this failure kind before."""
+    ``first_of_kind``: no earlier limit of the session had the signal's :attr:`Signal.key`."""
     if signal.reading == "content":
         return 1 + math.ceil(math.log2(max(1, signal.candidates)))
     if signal.reading in ("policy", "floor"):
         return 2
-    if signal.kind in AMBIGUOUS_KINDS:
+    if signal.kind in AMBIGUOUS_KINDS or signal.kind in BLOCK_KINDS:
         return 2 if first_of_kind else 1
     return 1
 
 
-def oracle_rejections(episode_kinds: Iterable[tuple[str, bool, int]]) -> list[int]:
-    """The fewest rejected requests of each episode of a session, for ``(first failure kind, content
-    block, candidates)`` per episode in the session's order (one limit per episode)."""
-    seen: set[str] = set()
+def oracle_rejections(signals: Iterable[Signal]) -> list[int]:
+    """The fewest rejected requests of each limit a session met, in the session's order."""
+    seen: set[tuple[str, str | None]] = set()
     fewest = []
-    for kind, content_block, candidates in episode_kinds:
-        signal = Signal(kind, "content" if content_block else None, candidates)
-        fewest.append(fewest_rejected(signal, first_of_kind=kind not in seen))
-        seen.add(kind)
+    for signal in signals:
+        fewest.append(fewest_rejected(signal, first_of_kind=signal.key not in seen))
+        seen.add(signal.key)
     return fewest
 
 
@@ -138,9 +156,10 @@ class OracleEpisode:
 
 
 def content_candidates(result: ReplayResult, turn: int) -> int:
-    """The parts (texts and tool-call arguments, :func:`ctxrecover.passes.withhold.parts_of`) of the
-    messages new since the last accepted request before 0-based ``turn``: the turn's inputs and the
-    previous turn's reply with its followers — SPEC §12's first tier of culprit candidates."""
+    """The parts (texts and tool-call arguments, :func:`ctxrecover.passes.withhold.parts_of`, system
+    messages aside) of the messages new since the last accepted request before 0-based ``turn``: the
+    turn's inputs and the previous turn's reply with its followers — SPEC §12's first tier of culprit
+    candidates, the units the library's search withholds."""
     turns, _ = split_turns(result.replayed.messages)
     fresh = list(turns[turn].inputs)
     if turn > 0:
@@ -148,15 +167,26 @@ def content_candidates(result: ReplayResult, turn: int) -> int:
     return len(parts_of(fresh, range(len(fresh))))
 
 
-def _is_rejection(record: AttemptRecord) -> bool:
-    return record.outcome.startswith(REJECTED_PREFIX) or record.outcome in TERMINAL_REJECTIONS
-
-
-def _is_experiment(record: AttemptRecord, limit: int) -> bool:
-    """An answered block-search experiment: a request asking at most ``limit`` tokens, cut there."""
-    return (
-        record.outcome == OUTCOME_TRUNCATED and record.max_tokens is not None and record.max_tokens <= limit
-    )
+def _spans(records: Iterable[AttemptRecord]) -> list[list[AttemptRecord]]:
+    """Each episode's attempts, from its first rejected request to the attempt that ends it (if any):
+    the split of :func:`simulator.research.metrics.episodes`, on records."""
+    spans: list[list[AttemptRecord]] = []
+    current: list[AttemptRecord] | None = None
+    for record in records:
+        if current is not None and record.turn != current[0].turn:
+            spans.append(current)  # the turn ended mid-episode
+            current = None
+        if current is None:
+            if not is_rejection(record.outcome):
+                continue
+            current = []
+        current.append(record)
+        if not continues_episode(record.outcome):
+            spans.append(current)
+            current = None
+    if current is not None:
+        spans.append(current)
+    return spans
 
 
 def _readings(result: ReplayResult) -> dict[tuple[int, int], str]:
@@ -168,70 +198,47 @@ def _readings(result: ReplayResult) -> dict[tuple[int, int], str]:
     }
 
 
-def _signals(
-    result: ReplayResult, turn: int, rejected: Sequence[AttemptRecord], readings: Sequence[str]
-) -> tuple[Signal, ...]:
-    """The limits of one episode: each failure kind in order of first appearance (repeats of a kind are
-    the same limit met again), a block page taking the reading its notices gave."""
-    kinds = list(
-        dict.fromkeys(str(r.failure_kind or r.outcome.removeprefix(REJECTED_PREFIX)) for r in rejected)
-    )
+def _signals(result: ReplayResult, span: Sequence[AttemptRecord], readings: Sequence[str]) -> list[Signal]:
+    """The limits of one episode: each failure signature in order of first appearance (repeats are the
+    same limit met again), a block page taking the reading its notices gave (size without one)."""
+    found: dict[tuple[str, str], None] = {}
+    for record in span:
+        if is_rejection(record.outcome):
+            kind = str(record.failure_kind or record.outcome.removeprefix(REJECTED_PREFIX))
+            found[(kind, result.signatures.get((record.turn, record.attempt), ""))] = None
     reading = next((r for r in ("policy", "floor", "content") if r in readings), None)
     signals = []
-    for kind in kinds:
-        if kind == "waf_rejection" and reading is not None:
-            candidates = content_candidates(result, turn) if reading == "content" else 0
-            signals.append(Signal(kind, reading, candidates))
+    for kind, signature in found:
+        if kind in BLOCK_KINDS and reading is not None:
+            candidates = content_candidates(result, span[0].turn) if reading == "content" else 0
+            signals.append(Signal(kind, reading, candidates, signature))
         else:
-            signals.append(Signal(kind))
-    return tuple(signals)
+            signals.append(Signal(kind, signature=signature))
+    return signals
 
 
 def oracle_episodes(result: ReplayResult) -> list[OracleEpisode]:
     """Every failure episode of ``result`` with the oracle's fewest rejected requests (module docstring)."""
-    limit = result.policy.experiment_max_tokens
     readings = _readings(result)
-    seen: set[str] = set()
-    found: list[OracleEpisode] = []
-    open_turn: int | None = None
-    rejected: list[AttemptRecord] = []
-    attempts: list[int] = []
-
-    def close(recovered: bool) -> None:
-        assert open_turn is not None
-        notes = [
-            readings[(open_turn, a)]
-            for a in range(attempts[0], attempts[-1] + 2)
-            if (open_turn, a) in readings
-        ]
-        signals = _signals(result, open_turn, rejected, notes)
-        oracle = 0
-        for signal in signals:
-            oracle += fewest_rejected(signal, first_of_kind=signal.kind not in seen)
-            seen.add(signal.kind)
-        first = signals[0].kind if signals else ""
+    episodes = []
+    for span in _spans(result.records):
+        notes = [readings[(r.turn, r.attempt)] for r in span if (r.turn, r.attempt) in readings]
+        episodes.append((span, _signals(result, span, notes)))
+    fewest = iter(oracle_rejections(signal for _, signals in episodes for signal in signals))
+    found = []
+    for span, signals in episodes:
+        last = span[-1].outcome
         found.append(
-            OracleEpisode(result.run_id, open_turn, first, len(rejected), signals, oracle, recovered)
+            OracleEpisode(
+                run_id=result.run_id,
+                turn=span[0].turn,
+                first_failure_kind=signals[0].kind,
+                rejected=sum(is_rejection(r.outcome) for r in span),
+                signals=tuple(signals),
+                oracle=sum(next(fewest) for _ in signals),
+                recovered=not continues_episode(last) and not is_rejection(last),
+            )
         )
-
-    for record in result.records:
-        if open_turn is not None and record.turn != open_turn:
-            close(False)
-            open_turn = None
-        if _is_rejection(record):
-            if open_turn is None:
-                open_turn, rejected, attempts = record.turn, [], []
-            rejected.append(record)
-            attempts.append(record.attempt)
-            if record.outcome in TERMINAL_REJECTIONS:
-                close(False)
-                open_turn = None
-        elif open_turn is not None and not _is_experiment(record, limit):
-            attempts.append(record.attempt)
-            close(True)
-            open_turn = None
-    if open_turn is not None:
-        close(False)
     return found
 
 

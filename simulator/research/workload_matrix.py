@@ -10,43 +10,36 @@ a run must still hold what is true whatever the workload (:data:`INVARIANTS`):
   (:func:`simulator.recorder.proxy_cap`); a floor below it means compaction could have
   saved the turn;
 - ``oracle``: each failure episode costs no more rejected requests than the fewest any
-  policy obeying SPEC §§6, 11 and 12 could need (:func:`oracle_rejections`, issue 24
-  item 4).
+  policy obeying SPEC §§6, 11 and 12 could need (:func:`simulator.research.oracle.oracle_episodes`,
+  issue 24 item 4: the benchmark's P5 reads the same oracle).
 
 Its ``[expect]`` rows are checked too, and reported apart: those the scenario marks
 ``own_workload`` (they only describe its own transcript) are informational on another
 transcript; the rest hold on every workload (:func:`expectation_split`).
 
->>> oracle_rejections([("payload_too_large", False, 0), ("transient_network", False, 0),
-...                    ("transient_network", False, 0), ("waf_rejection", True, 5)])
-[1, 2, 1, 4]
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from simulator.recorder import proxy_cap
-from simulator.research.metrics import episodes
-from simulator.workloads import split_turns
+from simulator.research.metrics import is_rejection
+from simulator.research.oracle import oracle_episodes
 
 if TYPE_CHECKING:
     from simulator.replay import ReplayResult
 
 __all__ = [
-    "AMBIGUOUS_KINDS",
     "INVARIANTS",
     "MatrixRun",
     "Violation",
     "check_run",
-    "content_candidates",
     "expectation_split",
     "matrix_run",
-    "oracle_rejections",
     "run_matrix",
 ]
 
@@ -58,10 +51,6 @@ INVARIANTS = MappingProxyType(
         "oracle": "no failure episode costs more rejected requests than the fewest a lawful policy needs",
     }
 )
-# Failure kinds of a signal that does not say whether size caused it: a reset, an EOF, a 502/503/504
-# without a provider's body (SPEC §2.4, §11). The first in a session earns one plain retry (2 rejected
-# requests); later ones are payload evidence at once (1).
-AMBIGUOUS_KINDS: frozenset[str] = frozenset({"transient_network"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,61 +62,17 @@ class Violation:
     detail: str
 
 
-def oracle_rejections(episode_kinds: Iterable[tuple[str, bool, int]]) -> list[int]:
-    """The fewest rejected requests each episode needs, for ``(first failure kind, content block,
-    candidates)`` per episode in a session's order (issue 24 item 4).
-
-    1 for an unambiguous signal; 2 for the first ambiguous network failure of its kind in the session
-    (the plain retry SPEC §11 grants it) and 1 for later ones; ``1 + ⌈log2 n⌉`` for a content block
-    among ``n`` candidate messages (delta debugging, SPEC §12).
-    """
-    seen: set[str] = set()
-    fewest = []
-    for kind, content_block, candidates in episode_kinds:
-        if content_block:
-            fewest.append(1 + math.ceil(math.log2(max(1, candidates))))
-        elif kind in AMBIGUOUS_KINDS and kind not in seen:
-            seen.add(kind)
-            fewest.append(2)
-        else:
-            fewest.append(1)
-    return fewest
-
-
-def content_candidates(result: ReplayResult, turn: int) -> int:
-    """Messages new since the last accepted request before 0-based ``turn``: the turn's inputs and the
-    previous turn's reply with its followers (system messages aside) — the first round of SPEC §12's
-    culprit search."""
-    turns, _ = split_turns(result.replayed.messages)
-    fresh = [m for m in turns[turn].inputs if m.role != "system"]
-    if turn > 0:
-        fresh += [turns[turn - 1].reply, *turns[turn - 1].followers]
-    return len(fresh)
-
-
 def _oracle_violations(result: ReplayResult) -> list[Violation]:
-    table = episodes(result.frame)
-    if not len(table):
-        return []
-    blocked = {block.turn for block in result.content_blocks}
-    rows = list(table[["turn", "first_failure_kind", "rejected_requests"]].itertuples(index=False))
-    kinds = [
-        (
-            str(kind),
-            int(turn) in blocked,
-            content_candidates(result, int(turn)) if int(turn) in blocked else 0,
-        )
-        for turn, kind, _ in rows
-    ]
     return [
         Violation(
             "oracle",
             result.run_id,
-            f"turn {int(turn)}: {int(rejected)} rejected request(s) for a {kind} episode; the oracle needs "
-            f"{fewest}",
+            f"turn {episode.turn}: {episode.rejected} rejected request(s) for a "
+            f"{'+'.join(s.reading or s.kind for s in episode.signals)} episode; the oracle needs "
+            f"{episode.oracle}",
         )
-        for (turn, kind, rejected), fewest in zip(rows, oracle_rejections(kinds), strict=True)
-        if int(rejected) > fewest
+        for episode in oracle_episodes(result)
+        if episode.rejected > episode.oracle
     ]
 
 
@@ -199,7 +144,7 @@ def matrix_run(result: ReplayResult) -> MatrixRun:
         turns=result.turns,
         turns_completed=result.turns_completed,
         outcome=result.outcome,
-        rejected_requests=sum(r.outcome.startswith("rejected:") for r in result.records),
+        rejected_requests=sum(is_rejection(r.outcome) for r in result.records),
         chars_lost=result.chars_lost,
         notes=result.notes,
         violations=tuple(check_run(result)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.replay import replay
-from simulator.research.metrics import episodes
+from simulator.research.metrics import EXPERIMENT_BLOCKED, episodes
 from simulator.research.oracle import (
     ORACLE_RULES,
     Signal,
@@ -15,6 +15,7 @@ from simulator.research.oracle import (
     oracle_rejections,
     versus_oracle,
 )
+from simulator.workloads import split_turns
 
 
 @pytest.mark.parametrize(
@@ -22,7 +23,9 @@ from simulator.research.oracle import (
     [
         (Signal("payload_too_large"), True, 1),  # §6: the 413 teaches the cap, the retry fits it
         (Signal("context_overflow"), True, 1),
-        (Signal("waf_rejection"), True, 1),  # a block page the size experiment reads as size (§11, §12)
+        (Signal("waf_rejection"), True, 2),  # §12: read as size by the size experiment, refused too
+        (Signal("waf_rejection"), False, 1),  # §12: a page read as size before is size at once
+        (Signal("rate_limit"), True, 1),
         (Signal("output_limit"), True, 1),
         (Signal("transient_network"), True, 2),  # §2.4, §11: one plain retry first
         (Signal("transient_network"), False, 1),  # §11: a later one is payload evidence at once
@@ -31,6 +34,11 @@ from simulator.research.oracle import (
         (Signal("waf_rejection", "content", 5), True, 4),
         (Signal("waf_rejection", "content", 8), True, 4),
         (Signal("waf_rejection", "content", 9), True, 5),
+        (Signal("waf_rejection", "content", 3), True, 3),
+        (Signal("waf_rejection", "content", 4), True, 3),
+        (Signal("waf_rejection", "content", 16), True, 5),
+        (Signal("waf_rejection", "content", 17), True, 6),
+        (Signal("waf_rejection", "content", 5), False, 4),  # each block is searched afresh
         (Signal("waf_rejection", "policy"), True, 2),  # §12: the minimal request is refused too
         (Signal("waf_rejection", "floor"), True, 2),
     ],
@@ -44,6 +52,7 @@ def test_each_rule_gives_the_fewest_rejected_requests_the_spec_allows(
 def test_every_rule_names_its_spec_sections() -> None:
     assert set(ORACLE_RULES) == {
         "unambiguous",
+        "block_as_size_first",
         "ambiguous_first",
         "ambiguous_later",
         "content",
@@ -53,13 +62,54 @@ def test_every_rule_names_its_spec_sections() -> None:
 
 
 def test_only_the_first_ambiguous_failure_of_a_session_earns_the_plain_retry() -> None:
-    kinds = [
-        ("transient_network", False, 0),
-        ("payload_too_large", False, 0),
-        ("transient_network", False, 0),
-        ("waf_rejection", True, 12),
+    signals = [
+        Signal("transient_network", signature="network-drop:-:"),
+        Signal("payload_too_large"),
+        Signal("transient_network", signature="network-drop:-:"),
+        Signal("transient_network", signature="transient_network:503:ab12"),  # another failure: a retry
+        Signal("waf_rejection", "content", 12),
     ]
-    assert oracle_rejections(kinds) == [2, 1, 1, 1 + 4]
+    assert oracle_rejections(signals) == [2, 1, 1, 2, 1 + 4]
+
+
+def test_only_the_first_size_reading_of_a_block_page_costs_its_size_experiment() -> None:
+    """SPEC §12: no cap without a size experiment; a page read as size before is size at once. Another
+    page (another signature), or a page read as content before, needs its own experiment."""
+    page, other = "waf_rejection:403:e90c9349", "waf_rejection:403:37d16ecc"
+    signals = [
+        Signal("waf_rejection", "content", 1, page),
+        Signal("waf_rejection", signature=page),
+        Signal("waf_rejection", signature=page),
+        Signal("waf_rejection", signature=other),
+        Signal("waf_rejection", signature=other),
+    ]
+    assert oracle_rejections(signals) == [1, 2, 1, 2, 1]
+
+
+def test_a_block_page_read_as_size_costs_the_block_and_its_refused_size_experiment() -> None:
+    """The experiment the gateway refuses (``experiment:blocked``) is a rejected request of its episode,
+    the first of its page in the session; the same page later is size at once."""
+    result = replay(None, "cloudflare-waf-403")
+    (episode,) = oracle_episodes(result)
+    outcomes = [r.outcome for r in result.records if r.turn == episode.turn]
+    assert outcomes == ["rejected:waf_rejection", EXPERIMENT_BLOCKED, "recovered@L1"]
+    assert (episode.rejected, episode.oracle, episode.recovered) == (2, 2, True)
+    assert episode.signals == (Signal("waf_rejection", signature=result.signatures[(episode.turn, 1)]),)
+    later = replay(None, "screenshots-128k-waf")
+    assert [(e.rejected, e.oracle) for e in oracle_episodes(later)] == [(2, 2), (1, 1)]
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    ["screenshots-128k-waf", "waf-content-block-set-aside-then-summarized", "rst-after-256k", "header-431"],
+)
+def test_the_oracles_episodes_are_the_metrics_episodes(scenario: str) -> None:
+    result = replay(None, scenario)
+    table = episodes(result.frame)
+    rows = table[["turn", "first_failure_kind", "rejected_requests", "recovered"]].itertuples(index=False)
+    assert [(e.turn, e.first_failure_kind, e.rejected, e.recovered) for e in oracle_episodes(result)] == [
+        (int(turn), str(kind), int(rejected), bool(recovered)) for turn, kind, rejected, recovered in rows
+    ]
 
 
 def test_a_reset_episode_costs_the_plain_retry_the_oracle_grants() -> None:
@@ -74,8 +124,8 @@ def test_a_reset_episode_costs_the_plain_retry_the_oracle_grants() -> None:
 
 
 def test_a_413_then_a_content_rule_is_one_episode_costing_both_limits() -> None:
-    """The block search's experiments are answered (cut at experiment_max_tokens): they split the metrics'
-    episodes but not the oracle's, which sums the 413's one request and the content search's."""
+    """The block search's experiments (``experiment:*``) keep the episode open; the oracle sums the
+    413's one request and the content search's, and every refused experiment is a rejected request."""
     result = replay(None, "waf-content-block-right-after-a-413")
     (episode,) = oracle_episodes(result)
     candidates = content_candidates(result, episode.turn)
@@ -85,8 +135,21 @@ def test_a_413_then_a_content_rule_is_one_episode_costing_both_limits() -> None:
     ]
     assert episode.signals[1].candidates == candidates > 1
     assert episode.oracle == 1 + fewest_rejected(episode.signals[1], first_of_kind=True)
-    table = episodes(result.frame)
-    assert len(table) > 1 and int(table["rejected_requests"].sum()) == episode.rejected
+    turn = [r.outcome for r in result.records if r.turn == episode.turn]
+    assert episode.rejected == turn.count(EXPERIMENT_BLOCKED) + 2  # the 413 and the block page
+    (row,) = episodes(result.frame).itertuples(index=False)
+    assert int(row.rejected_requests) == episode.rejected
+
+
+def test_content_candidates_are_the_parts_new_since_the_last_accepted_request() -> None:
+    """The units the library's search withholds: texts and tool-call arguments, system messages aside."""
+    result = replay("coding-120k", "waf-content-block-right-after-a-413")
+    turn = 7  # 0-based: the 8th reply
+    parsed, _ = split_turns(result.replayed.messages)
+    fresh = [parsed[turn - 1].reply, *parsed[turn - 1].followers, *parsed[turn].inputs]
+    texts = sum(bool(m.content or m.images) for m in fresh if m.role != "system")
+    calls = sum(c.arguments not in ("", "{}") for m in fresh for c in m.tool_calls)
+    assert content_candidates(result, turn) == texts + calls
 
 
 def test_a_floor_failure_ends_an_episode_that_did_not_recover() -> None:

@@ -11,33 +11,7 @@ from simulator.proxy.fault_specs import ScenarioError
 from simulator.proxy.scenario import list_scenarios, load_scenario
 from simulator.replay import FloorFailure, replay
 from simulator.research.ledger import Losses
-from simulator.research.workload_matrix import (
-    check_run,
-    content_candidates,
-    expectation_split,
-    matrix_run,
-    oracle_rejections,
-)
-
-
-# -- the oracle (issue 24 item 4) ---------------------------------------------------------------------------
-def test_an_unambiguous_signal_needs_one_rejected_request() -> None:
-    kinds = ["payload_too_large", "context_overflow", "waf_rejection", "rate_limit", "output_limit"]
-    assert oracle_rejections([(kind, False, 0) for kind in kinds]) == [1] * len(kinds)
-
-
-def test_the_first_ambiguous_network_failure_of_a_session_earns_its_plain_retry() -> None:
-    episodes = [
-        ("transient_network", False, 0),
-        ("payload_too_large", False, 0),
-        ("transient_network", False, 0),
-    ]
-    assert oracle_rejections(episodes) == [2, 1, 1]
-
-
-@pytest.mark.parametrize(("candidates", "fewest"), [(1, 1), (2, 2), (3, 3), (4, 3), (5, 4), (16, 5), (17, 6)])
-def test_a_content_block_among_n_candidates_needs_one_plus_log2_n(candidates: int, fewest: int) -> None:
-    assert oracle_rejections([("waf_rejection", True, candidates)]) == [fewest]
+from simulator.research.workload_matrix import check_run, expectation_split, matrix_run
 
 
 # -- the invariants, each on a real replay and on the same run broken the way it guards against ------------
@@ -79,19 +53,27 @@ def test_an_episode_over_the_oracle_is_a_violation() -> None:
     )
     vars(doubled).pop("frame", None)
     (violation,) = check_run(doubled)
-    assert violation.invariant == "oracle" and "the oracle needs 2" in violation.detail
-
-
-def test_content_candidates_are_the_messages_new_since_the_last_accepted_request() -> None:
-    result = replay("coding-120k", "waf-content-block-right-after-a-413")
-    turns = 7  # 0-based: the 8th reply
-    from simulator.workloads import split_turns
-
-    parsed, _ = split_turns(result.replayed.messages)
-    expected = (
-        len([m for m in parsed[turns].inputs if m.role != "system"]) + 1 + len(parsed[turns - 1].followers)
+    assert (violation.invariant, violation.detail) == (
+        "oracle",
+        f"turn {records[rejected].turn}: 4 rejected request(s) for a transient_network episode; "
+        "the oracle needs 2",
     )
-    assert content_candidates(result, turns) == expected
+
+
+def test_a_block_page_read_as_size_holds_the_oracle_with_its_refused_size_experiment() -> None:
+    """Issue 22: the first size episode of a block page costs the block and the refused experiment."""
+    result = replay(None, "cloudflare-waf-403")
+    assert "experiment:blocked" in {r.outcome for r in result.records}
+    assert check_run(result) == []
+    records = list(result.records)
+    blocked = next(i for i, r in enumerate(records) if r.outcome == "experiment:blocked")
+    again = records[blocked]  # the experiment refused once more
+    doubled = dataclasses.replace(result, records=(*records[: blocked + 1], again, *records[blocked + 1 :]))
+    vars(doubled).pop("frame", None)
+    (violation,) = check_run(doubled)
+    assert violation.detail == (
+        f"turn {again.turn}: 3 rejected request(s) for a waf_rejection episode; the oracle needs 2"
+    )
 
 
 # -- [expect] rows that describe a scenario's own workload -----------------------------------------------
