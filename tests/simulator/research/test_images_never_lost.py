@@ -29,7 +29,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from ctxrecover.classify import Failure, FailureKind
 from ctxrecover.compaction import HistoryCompactor
-from ctxrecover.events import EventBus
 from ctxrecover.messages import Image, Message, ToolCall
 from ctxrecover.passes import (
     age_skill_blocks,
@@ -273,7 +272,7 @@ class ImagesMachine(RuleBasedStateMachine):
             tool_result_budget_chars=self.tool_limits[0],
             tool_result_max_chars=self.tool_limits[1],
         )
-        result = recover(self.history, Failure(kind), attempt, ladder=LADDER, ctx=ctx, events=EventBus())
+        result = recover(self.history, Failure(kind), attempt, ladder=LADDER, ctx=ctx)
         self.tool_limits = (result.tool_result_budget_chars, result.tool_result_max_chars)
         self.history = result.history
 
