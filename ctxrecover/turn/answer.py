@@ -71,16 +71,25 @@ def account(conv: Conversation, request: ChatRequest, response: ChatResponse) ->
 
 
 def calibrate(
-    conv: Conversation, request: ChatRequest, prompt_tokens: int, *, weight: float = CALIBRATION_WEIGHT
+    conv: Conversation,
+    request: ChatRequest,
+    prompt_tokens: int,
+    *,
+    weight: float = CALIBRATION_WEIGHT,
+    clamp: bool = True,
 ) -> None:
     """Move chars per token towards what the provider counted for ``request`` (``weight`` of the way):
-    on text only, since images weigh their wire bytes but cost the model their token estimate."""
+    on text only, since images weigh their wire bytes but cost the model their token estimate. An
+    observation outside :data:`CALIBRATION_BOUNDS` is clamped, or ignored without ``clamp`` (a count
+    no text of this request could give is not a count of it)."""
     weights = conv.passes.request_weights(request.messages)
     text_tokens = prompt_tokens - weights.image_tokens
     if text_tokens >= CALIBRATION_MIN_TOKENS:
         chars = weights.weight - weights.image_chars + conv.reserved_chars
         observed = chars / text_tokens
         low, high = CALIBRATION_BOUNDS
+        if not clamp and not low <= observed <= high:
+            return
         blended = (1 - weight) * conv.chars_per_token + weight * observed
         conv.chars_per_token = min(high, max(low, blended))
 

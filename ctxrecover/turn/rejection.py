@@ -222,13 +222,13 @@ def answer_rejection(
         request_body_key(conv, request), request_bytes(conv, request), judged.verdict
     )
 
-    if failure.kind is FailureKind.CONTEXT_OVERFLOW:
-        _learn_window(conv, failure, request)
     retry = request
     while turn.attempts < conv.policy.max_recovery_attempts:
         turn.attempts += 1
         if not announced and failure.notice:
             conv.events.notice(RECOVERABLE_FAILURE_CODE, failure.notice)
+        if not announced and failure.kind is FailureKind.CONTEXT_OVERFLOW:
+            _learn_window(conv, failure, request)  # SPEC §6's order: the retry notice, then what it teaches
         announced = True  # one notice per rejected request, however many levels it takes to retry
         _recover(conv, failure, turn.attempts, max_tokens=turn.max_tokens)
         retry = yield from prepare_request(conv, turn.max_tokens, cancel)
@@ -488,7 +488,7 @@ def _learn_window(conv: Conversation, failure: Failure, request: ChatRequest) ->
     prompt the provider accepted and the refused request's estimate — the same evidence §11 uses for
     the body cap, and the same rule (SPEC §6.1): ¾ of the refused, never below what was accepted."""
     if failure.input_tokens:
-        calibrate(conv, request, failure.input_tokens, weight=1.0)
+        calibrate(conv, request, failure.input_tokens, weight=1.0, clamp=False)
     limit = failure.context_limit_tokens
     if limit:
         if limit < conv.context_window:

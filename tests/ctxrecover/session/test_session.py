@@ -1034,14 +1034,15 @@ def test_an_overflow_that_states_no_number_bounds_the_window_by_the_refused_requ
 
     session.complete()
 
-    refused = session.context_window
-    assert 10_000 < refused < 200_000
-    assert notices(events, "inferred_window") == [INFERRED_WINDOW % refused]
+    (told,) = notices(events, "inferred_window")
+    refused = int(told.split("about ")[1].split(" tokens")[0])
+    assert 10_000 < refused < 200_000 and told == INFERRED_WINDOW % refused
+    assert session.context_window == refused * 3 // 4  # ¾ of the refused, nothing accepted before it
     sent = [total_weight(r.messages) / session.chars_per_token for r in sender.requests]
-    assert sent[1] < refused * 0.7 < sent[0]  # the retry aims at the budget below the bound
+    assert sent[1] < session.context_window * 0.7 < sent[0]  # the retry aims at the budget below it
     session.add(Message.user("and now?"))
     session.complete()
-    assert len(sender.requests) == 3 and notices(events, "inferred_window") == [INFERRED_WINDOW % refused]
+    assert len(sender.requests) == 3 and notices(events, "inferred_window") == [told]
 
 
 def test_an_overflow_that_counts_the_refused_request_calibrates_chars_per_token_at_once() -> None:
