@@ -52,12 +52,16 @@ _REFERENCES = {v.vendor: tuple(re.compile(r) for r in v.references) for v in VEN
 
 @dataclass(frozen=True, slots=True)
 class BlockReading:
-    """What the evidence says about a middlebox: its ``vendor``, the ``block`` signal, a ``fault`` page."""
+    """What the evidence says about a middlebox: its ``vendor``, the ``block`` signal, a ``fault`` page.
+
+    ``identity_only``: the block signal is only a page of a named security vendor that says no fault.
+    """
 
     vendor: str | None = None
     block: str | None = None
     strong: bool = False
     fault: bool = False
+    identity_only: bool = False
 
 
 def _vendor_in_headers(x: Evidence, row: VendorFingerprint) -> bool:
@@ -125,5 +129,5 @@ def read_block(x: Evidence) -> BlockReading:
     if marker:
         return BlockReading(vendor, f"marker {marker}", False, fault)
     if named and x.pages and not _says_fault(x):
-        return BlockReading(vendor, f"{named} page", False, fault)
+        return BlockReading(vendor, f"{named} page", False, fault, identity_only=True)
     return BlockReading(vendor, None, False, fault)

@@ -24,6 +24,8 @@ Rules, first match wins (phrases and shapes are data in :mod:`~ctxrecover.classi
                          -> payload_too_large, unless the text names tokens/context/prompt
                             with an overflow wording: then context_overflow (§2.1 row)
     407, proxy credentials -> auth
+    gateway retry page   -> transient_network: 502/503/504 (or no status) without a provider's JSON,
+                            empty or worded as an upstream fault, no strong block signal (retrypage.py)
     403 gate + signal    -> waf_rejection (403 without a signal falls to auth)
     block page/sentence  -> waf_rejection at any other status but 401/407 (blockpage.py)
     pairing phrases      -> malformed_history
@@ -58,6 +60,7 @@ from dataclasses import dataclass
 from ctxrecover.classify.blockpage import read_block
 from ctxrecover.classify.evidence import Evidence, gather, http_status
 from ctxrecover.classify.identify import identify
+from ctxrecover.classify.retrypage import retry_page
 from ctxrecover.classify.tables import (
     AUTH_PHRASES,
     AUTH_STATUSES,
@@ -287,6 +290,9 @@ def _decide(x: Evidence, large_history_chars: int) -> _Verdict:
     if proxy_auth:
         return _Verdict(FailureKind.AUTH, proxy_auth)
     reading = read_block(x)
+    retry = retry_page(x, reading)
+    if retry:  # a gateway's own "upstream failed, retry" page: never a block, nor a drop at a large history
+        return _Verdict(FailureKind.TRANSIENT_NETWORK, retry)
     forbidden = said == 403 or (status is None and bool(find(text, WAF_GATE_PHRASES)))
     if forbidden:
         signal = _waf_signal(x, text, reading.block)
