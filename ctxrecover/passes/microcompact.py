@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from ctxrecover.archive import Archive, archive_message, extract_keys, marker
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
+from ctxrecover.passes.cuts import head_end, tail_start
 from ctxrecover.passes.history_index import PositionWatch, TurnState
 from ctxrecover.passes.tool_budget import PREVIEW_OMISSION_RE
 from ctxrecover.sizes import format_payload_size
@@ -195,8 +196,9 @@ class _Folder:
     def truncate(self, msg: Message) -> str:
         content = msg.content
         key = archive_message(self.archive, msg)
-        kept_head = content[: self.head]
-        kept_tail = content[len(content) - self.tail :] if self.tail else ""
+        end = head_end(content, self.head)
+        kept_head = content[:end]
+        kept_tail = content[tail_start(content, self.tail, end) :]
         body = kept_head + TRUNCATION_TEXT % (len(content) - len(kept_head) - len(kept_tail)) + kept_tail
         lost = [k for k in extract_keys(content) if k not in extract_keys(body)]
         return body + recall_suffixes([key, *lost])

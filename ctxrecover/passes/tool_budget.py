@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from ctxrecover.archive import Archive, archive_message, has_marker, marker
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
+from ctxrecover.passes.cuts import head_end, tail_start
 from ctxrecover.passes.history_index import HistoryIndex, TurnState
 
 __all__ = [
@@ -76,16 +77,13 @@ def tool_result_preview(
 
     The head (≤ ``head`` chars) ends after its last newline when that newline
     lies past half of it; the tail (≤ ``tail`` chars) starts after its first
-    newline when that newline lies within its first half. Deterministic.
+    newline when that newline lies within its first half; otherwise each is
+    cut at a word boundary, never inside a word (:mod:`ctxrecover.passes.cuts`).
+    Deterministic.
     """
-    head_text = content[:head]
-    cut = head_text.rfind("\n")
-    if cut > head // 2:
-        head_text = head_text[: cut + 1]
-    tail_text = content[max(len(head_text), len(content) - tail) :] if tail > 0 else ""
-    cut = tail_text.find("\n")
-    if 0 <= cut < tail // 2:
-        tail_text = tail_text[cut + 1 :]
+    end = head_end(content, head)
+    head_text = content[:end]
+    tail_text = content[tail_start(content, tail, end) :] if tail > 0 else ""
     omitted = len(content) - len(head_text) - len(tail_text)
     return head_text + PREVIEW_OMISSION_TEXT % (omitted, marker(key)) + tail_text
 

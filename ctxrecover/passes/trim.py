@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from ctxrecover.archive import Archive, archive_range, marker
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
+from ctxrecover.passes.cuts import head_end, tail_start
 from ctxrecover.passes.truncate import (
     recall_suffix,
     recall_suffix_key,
@@ -137,14 +138,9 @@ def _trim_feedback(
         body = block.group(3)
         if len(body) <= block_max_chars:
             return block.group(0)
-        omitted = len(body) - block_head_chars - block_tail_chars
-        return (
-            block.group(1)
-            + body[:block_head_chars]
-            + BLOCK_OMISSION % omitted
-            + body[len(body) - block_tail_chars :]
-            + block.group(4)
-        )
+        head = head_end(body, block_head_chars)
+        tail = tail_start(body, block_tail_chars, head)
+        return block.group(1) + body[:head] + BLOCK_OMISSION % (tail - head) + body[tail:] + block.group(4)
 
     shortened = _INJECTED_BLOCK_RE.sub(shorten, content) if len(content) > block_max_chars else content
     if len(shortened) > feedback_max_chars:

@@ -8,8 +8,8 @@ report, and stores whatever it cuts in the archive *before* cutting, leaving a
 ``<<ccr:KEY>>`` marker in the history so ``@recall`` brings it back.
 
 >>> from ctxrecover.archive import MemoryArchive
->>> truncate_head_tail("abcdefghijklmnopqrstuvwxyz", 24)
-'ab\\n... [truncated] ...\\nz'
+>>> truncate_head_tail("alpha beta gamma delta epsilon zeta", 34)
+'alpha \\n... [truncated] ...\\nzeta'
 >>> history = [Message.system("rules"), Message.user("a"), Message.assistant("b"),
 ...            Message.user("c"), Message.assistant("d")]
 >>> kept, report = keep_last(history, 2, archive=MemoryArchive())
@@ -28,6 +28,7 @@ from operator import attrgetter, countOf
 from ctxrecover.archive import Archive, archive_message, archive_range, marker, render_transcript
 from ctxrecover.errors import ConfigError
 from ctxrecover.messages import Message
+from ctxrecover.passes.cuts import head_end, tail_start
 from ctxrecover.passes.facts import HistoryFacts, leading_system_count
 
 __all__ = [
@@ -85,7 +86,9 @@ def truncate_head_tail(
 ) -> str:
     """Cut ``text`` to at most ``limit`` chars, keeping its head and tail around ``separator``.
 
-    ``head_ratio`` of the kept chars come from the head, the rest from the tail.
+    ``head_ratio`` of the room for kept chars goes to the head, the rest to
+    the tail; each part is snapped to a line or word boundary, never inside a
+    word (:mod:`ctxrecover.passes.cuts`), so it may keep a little less.
     A ``%d`` in ``separator`` becomes the number of omitted chars (sized for the
     widest possible count, so the bound holds). Text within the limit is
     returned unchanged; the result is at most ``limit`` long whenever ``limit``
@@ -100,11 +103,11 @@ def truncate_head_tail(
     counted = "%d" in separator
     widest = separator.replace("%d", str(len(text))) if counted else separator
     keep = max(0, limit - len(widest))
-    head = int(keep * head_ratio)
-    tail = keep - head
-    omitted = len(text) - head - tail
-    sep = separator.replace("%d", str(omitted)) if counted else separator
-    return text[:head] + sep + text[len(text) - tail :]
+    head_room = int(keep * head_ratio)
+    head = head_end(text, head_room)
+    tail = tail_start(text, keep - head_room, head)
+    sep = separator.replace("%d", str(tail - head)) if counted else separator
+    return text[:head] + sep + text[tail:]
 
 
 def recall_suffix(key: str) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ctxrecover.archive import extract_keys
 from ctxrecover.errors import ConfigError
+from ctxrecover.passes.cuts import head_end, tail_start
 from ctxrecover.passes.parts import SET_ASIDE_NOTE
 
 if TYPE_CHECKING:
@@ -144,9 +145,9 @@ def _head_and_tail(content: str, share: int) -> str:
     if len(content) <= share:
         return content
     kept = max(0, share - len(TRUNCATION_SEPARATOR))
-    head = round(kept * HEAD_SHARE)
-    tail = kept - head
-    return content[:head] + TRUNCATION_SEPARATOR + (content[-tail:] if tail else "")
+    head_room = round(kept * HEAD_SHARE)
+    head = head_end(content, head_room)
+    return content[:head] + TRUNCATION_SEPARATOR + content[tail_start(content, kept - head_room, head) :]
 
 
 def render_segment(

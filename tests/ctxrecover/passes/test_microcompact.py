@@ -50,7 +50,10 @@ def test_no_op_before_turn_two() -> None:
 def test_result_two_turns_old_becomes_head_tail_preview(age: int) -> None:
     out, report, archive = run(aged(Message.tool("t1", BIG, name="run"), age))
     stub = out[2]
-    expected = BIG[:2000] + TRUNCATION % (len(BIG) - 2500) + BIG[-500:] + RECALL % marker(archive_key(BIG))
+    # head room 2000, tail room 500, each snapped to whole 41-char lines: 48 and 12 of them
+    head, tail = BIG[: 48 * 41], BIG[-12 * 41 :]
+    omitted = len(BIG) - len(head) - len(tail)
+    expected = head + TRUNCATION % omitted + tail + RECALL % marker(archive_key(BIG))
     assert stub.content == expected
     assert (stub.tool_call_id, stub.name) == ("t1", "run")
     assert report == MicrocompactReport(truncated=1, summarized=0, chars_freed=len(BIG) - len(expected))
@@ -165,7 +168,7 @@ def test_report_notice_and_totals() -> None:
     freed = sum(len(a.content) - len(b.content) for a, b in zip(history, out, strict=True))
     assert (report.truncated, report.summarized, report.chars_freed) == (1, 1, freed)
     assert report.notice == f"🗜 microcompact: 1 truncated, 1 summarized, {format_payload_size(freed)} freed"
-    assert report.notice == "🗜 microcompact: 1 truncated, 1 summarized, 85.4 KB freed"
+    assert report.notice == "🗜 microcompact: 1 truncated, 1 summarized, 85.5 KB freed"  # line-snapped preview
 
 
 def test_thresholds_are_per_call() -> None:

@@ -17,16 +17,16 @@ from ctxrecover.sizes import total_weight
 
 
 def test_shrink_exact_cut_head_two_thirds_tail_one_third() -> None:
-    content = "a" * 1000 + "b" * 1000 + "c" * 1000
+    content = "a " * 500 + "b " * 500 + "c " * 500  # one-char words: every cut point is a word boundary
     history = [Message.system("rules"), Message.user(content)]
     store = MemoryArchive()
     out, report = shrink_to_budget(history, 1000, archive=store)
     key = archive_key(content)
     # target = max(400, 3000 - (3005 - 1000) - 96) = 899 chars, marker included
     assert out[1].content == (
-        "a" * 520
+        "a " * 260
         + "\n\n... [2220 chars omitted for context efficiency] ...\n\n"
-        + "c" * 260
+        + "c " * 130
         + f"\n[full content recoverable via @recall <<ccr:{key}>>]"
     )
     assert len(out[1].content) == 899
@@ -56,7 +56,7 @@ def test_shrink_never_touches_system_or_verbatim_and_reports_unreached_budget(
     history = [
         Message.system("S" * 5000),
         Message.user("V" * 5000, preserve_verbatim=True),
-        Message.user("u" * 2000),
+        Message.user("u " * 1000),
     ]
     store = MemoryArchive()
     out, report = shrink_to_budget(history, 1000, archive=store)

@@ -45,10 +45,22 @@ def test_oversized_result_becomes_head_omission_tail_preview_cut_at_newlines() -
 
 
 def test_head_and_tail_are_not_cut_at_newlines_outside_their_halves() -> None:
+    content = "A" * 1000 + "\n" + ("B" * 9 + " ") * 3000 + "\n" + "C " * 200
+    out, _, archive = enforce(turn(content))
+    # the head's room ends on a word boundary: all 4000 chars; the tail's room (1000) starts
+    # inside a word: it starts at the next one, 991 chars from the end
+    head, tail = content[:4000], content[-991:]
+    omitted = len(content) - 4991
+    assert out[1].content == head + OMISSION % (omitted, marker(archive_key(content))) + tail
+
+
+def test_a_line_longer_than_the_room_is_cut_at_a_word_boundary_never_inside_a_word() -> None:
     content = "A" * 1000 + "\n" + "B" * 30_000 + "\n" + "C" * 400
     out, _, archive = enforce(turn(content))
-    head, tail = content[:4000], content[-1000:]
-    omitted = len(content) - 5000
+    # no word ends within the rooms but the lines: the head ends after the first line, the tail
+    # is the last line; the 30 000-char word is left out whole
+    head, tail = "A" * 1000 + "\n", "C" * 400
+    omitted = len(content) - len(head) - len(tail)
     assert out[1].content == head + OMISSION % (omitted, marker(archive_key(content))) + tail
 
 
@@ -90,7 +102,7 @@ def test_preserve_verbatim_results_are_left_whole() -> None:
 
 def test_turn_over_budget_shrinks_the_largest_results_first_until_within_budget() -> None:
     sizes = [19_000] * 11 + [19_500]
-    contents = [f"{n}".ljust(size, ".") for n, size in enumerate(sizes)]
+    contents = [(f"{n} " + "data " * 4000)[:size] for n, size in enumerate(sizes)]
     out, report, archive = enforce(turn(*contents))
     results = out[1:]
     assert sum(len(m.content) for m in results) <= 200_000

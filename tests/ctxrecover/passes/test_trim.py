@@ -113,15 +113,15 @@ def test_trim_never_touches_protected_messages(msg: Message) -> None:
 
 
 def test_trim_shortens_long_injected_blocks_in_feedback() -> None:
-    body = "h" * 2000 + "m" * 4000 + "t" * 500
+    body = "h" * 1999 + "\n" + "m" * 3999 + "\n" + "t" * 500  # head and tail end on the lines' ends
     content = f"The tool 'read' returned:\n<tool_output>{body}</tool_output>\nok"
     history = [Message.user(content, agent_feedback=True)]
     store = MemoryArchive()
     out, report = trim_history(history, archive=store)
     assert out[0].content == (
         "The tool 'read' returned:\n<tool_output>"
-        + "h" * 2000
-        + "\n\n... [4000 chars omitted] ...\n\n"
+        + "h" * 1999
+        + "\n\n\n... [4000 chars omitted] ...\n\n"
         + "t" * 500
         + "</tool_output>\nok"
         + suffix(content)

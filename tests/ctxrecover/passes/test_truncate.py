@@ -91,10 +91,13 @@ def agent_history() -> list[Message]:
     [
         ("short", 10, {}, "short"),
         ("abcdefghijklmnopqrstuvwxyz", 26, {}, "abcdefghijklmnopqrstuvwxyz"),
-        ("abcdefghijklmnopqrstuvwxyz", 24, {}, "ab\n... [truncated] ...\nz"),
-        ("abcdefghijklmnopqrstuvwxyz", 25, {"head_ratio": 0.5}, "ab\n... [truncated] ...\nyz"),
-        ("abcdefghij", 9, {"separator": "<%d>"}, "abc<5>ij"),
-        ("abcdefghij", 5, {"separator": "..."}, "a...j"),
+        ("a b c d e f g h i j k l m n", 24, {}, "a \n... [truncated] ...\nn"),
+        ("a b c d e f g h i j k l m n", 25, {"head_ratio": 0.5}, "a \n... [truncated] ...\n n"),
+        ("ab cd ef gh ij", 9, {"separator": "<%d>"}, "ab <9>ij"),
+        ("a b c d e f", 5, {"separator": "..."}, "a...f"),
+        # a cut never splits a word: the head and the tail keep a little less instead
+        ("alpha beta gamma delta epsilon zeta", 34, {}, "alpha \n... [truncated] ...\nzeta"),
+        ("abcdefghijklmnopqrstuvwxyz", 24, {}, "\n... [truncated] ...\n"),
         ("abcdefghij", 2, {"separator": "..."}, "..."),
     ],
 )
@@ -112,9 +115,11 @@ def test_truncate_head_tail_never_exceeds_limit(text: str, limit: int, ratio: fl
 
 
 def test_truncate_head_tail_counted_separator_stays_within_limit() -> None:
-    out = truncate_head_tail("x" * 10_000, 100, separator="\n[%d chars omitted]\n")
+    words = " ".join(f"w{n:03d}" for n in range(2000))  # 10999 chars
+    out = truncate_head_tail(words, 100, separator="\n[%d chars omitted]\n")
     assert len(out) <= 100
-    assert out == "x" * 57 + "\n[9923 chars omitted]\n" + "x" * 20
+    # rooms of 57 and 20 chars, snapped back to the words' ends: 55 and 17 kept
+    assert out == words[:55] + "\n[10927 chars omitted]\n" + words[-17:]
 
 
 @pytest.mark.parametrize(("limit", "ratio"), [(-1, 0.5), (10, 1.5), (10, -0.1)])
@@ -292,7 +297,8 @@ def test_emergency_truncate_rejects_negative_keep_recent() -> None:
 
 
 def test_cap_assistant_messages_cuts_head_three_quarters_and_tail() -> None:
-    long_reply = "H" * 3000 + "M" * 3000 + "T" * 3000
+    lines = [f"reply line {n:05d}\n" for n in range(500)]  # 17 chars each
+    long_reply = "".join(lines)
     history = [
         Message.system("s"),
         Message.user("q"),
@@ -308,11 +314,13 @@ def test_cap_assistant_messages_cuts_head_three_quarters_and_tail() -> None:
     body_limit = 5000 - len(suffix)
     head = int((body_limit - len("\n... [truncated] ...\n")) * 0.75)
     tail = body_limit - len("\n... [truncated] ...\n") - head
-    assert out[2].content == long_reply[:head] + "\n... [truncated] ...\n" + long_reply[-tail:] + suffix
-    assert len(out[2].content) == 5000
+    assert (head, tail) == (3686, 1229)  # rooms; the cut keeps the whole lines within them
+    kept_head, kept_tail = "".join(lines[: 3686 // 17]), "".join(lines[-(1229 // 17) :])
+    assert out[2].content == kept_head + "\n... [truncated] ...\n" + kept_tail + suffix
+    assert len(out[2].content) == 4981
     assert out[3] is history[3], "only assistant messages are capped"
     assert store.get(key) == long_reply
-    assert report.messages_capped == 1 and report.chars_saved == 9000 - 5000
+    assert report.messages_capped == 1 and report.chars_saved == 8500 - 4981
     assert_nothing_lost(history, out, store)
 
 
@@ -384,7 +392,7 @@ def test_keep_last_inserts_the_compacted_notice_when_nothing_survives() -> None:
 
 
 def test_keep_last_per_message_cap_cuts_every_kept_message() -> None:
-    big = "x" * 3000 + "y" * 3000
+    big = "x " * 1500 + "y " * 1500
     history = [
         Message.system("S" * 9000),
         Message.user("old"),
@@ -398,7 +406,7 @@ def test_keep_last_per_message_cap_cuts_every_kept_message() -> None:
     assert report.messages_capped == 2 and report.messages_dropped == 2
     assert out[1].content == report.recall_note
     for msg in out[2:]:
-        assert len(msg.content) == 4000
+        assert len(msg.content) == 4000  # one-char words: every cut point is a word boundary
         assert msg.content.endswith(f"<<ccr:{archive_key(big)}>>]")
         assert "\n... [truncated] ...\n" in msg.content
     assert not out[3].preserve_verbatim, "a cut message is no longer verbatim"

@@ -303,7 +303,7 @@ def test_level3_keeps_4_messages_capped_at_4000_chars(
 ) -> None:
     history = [Message.system("sys")]
     for i in range(5):
-        history += [Message.user(f"u{i}:" + digits(6_000)), Message.assistant(f"a{i}:" + digits(6_000))]
+        history += [Message.user(f"u{i}: " + digits(6_000)), Message.assistant(f"a{i}: " + digits(6_000))]
     store = MemoryArchive()
     out, report = Level3()(history, context(archive=store))
     kept = out[2:]

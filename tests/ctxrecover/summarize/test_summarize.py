@@ -70,8 +70,9 @@ class ScriptedSummarizer:
 
 
 def long_text(n: int) -> str:
-    """Distinct, position-revealing text of exactly n chars."""
-    return "".join(f"{i:07d}|" for i in range(n // 8 + 1))[:n]
+    """Distinct, position-revealing text of exactly n chars, of one-char words: every cut point is a
+    word boundary, so a cut keeps its whole room (a cut never splits a word, SPEC §12)."""
+    return " ".join("".join(f"{i:07d}|" for i in range(n // 16 + 1)))[:n]
 
 
 def content_of(rendered_line: str, role: str) -> str:
