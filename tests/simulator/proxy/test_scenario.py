@@ -39,6 +39,8 @@ BUNDLED = (
     "bedrock-window-misconfigured",
     "cloudflare-waf-403",
     "corporate-128k-waf",
+    "crs-agent-content-withheld",
+    "crs-system-prompt-blocked",
     "envoy-503-masks-413",
     "eof-mid-post-512k",
     "floor-too-big",
@@ -138,6 +140,9 @@ EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
         "content_withheld",
         "waf_rejection",
     ),
+    # the real CRS's scenarios (issue 22 item 9): Apache + ModSecurity + CRS, imitated by the anomaly scorer
+    "crs-agent-content-withheld": ("anthropic", ["anomaly-waf"], "content_withheld", "waf_rejection"),
+    "crs-system-prompt-blocked": ("anthropic", ["anomaly-waf"], "content_floor", "waf_rejection"),
 }
 
 
