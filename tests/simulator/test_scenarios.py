@@ -81,6 +81,7 @@ CASES: dict[str, Case] = {
     "bedrock-window-misconfigured": Case(None),  # its workload: the SWE-agent format fixture
     "cloudflare-waf-403": Case(None),  # its workload: the chat fixture cut at 400 KB
     "corporate-128k-waf": Case("chat-50k"),
+    "crs-agent-content-withheld": Case(None),  # its workload: a fixture whose system prompt passes CRS
     "crs-system-prompt-blocked": Case(None),  # its workload: the coding fixture and its own system prompt
     "eof-mid-post-512k": Case("chat-long-answers-600k", wide=True),
     "floor-too-big": Case("chat-50k"),

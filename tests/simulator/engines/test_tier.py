@@ -121,3 +121,40 @@ def test_the_real_crs_refuses_a_coding_agents_system_prompt_and_the_session_fail
     assert expectation_problems(real) == []
     assert real.error is not None and real.error.startswith("✖ The gateway refuses the system prompt itself")
     assert real.learned_cap is None and real.chars_lost == 0
+
+
+@pytest.mark.slow
+def test_the_real_crs_refuses_a_shell_transcript_in_a_tool_result_and_the_session_withholds_it(
+    require_engine: object,
+) -> None:
+    # Apache + ModSecurity + OWASP CRS 3.3 at its defaults, against the mock's anomaly-scored imitation: a
+    # tool result holding `git commit -m "$(cat <<'EOF'` and `cat /etc/passwd | tail -20` is refused; blanks
+    # as large pass, the system prompt with one word passes, two halvings find it; it is withheld, every turn
+    # completes, no cap is learned (issue 22 item 9).
+    require_engine("apache-modsecurity")  # type: ignore[operator]
+    mock = replay(None, "crs-agent-content-withheld")
+    real = replay(None, "crs-agent-content-withheld", engines="real")
+
+    def shape(result: ReplayResult) -> list[tuple[int, int, int, str]]:
+        return [(r.turn, r.attempt, r.request_bytes, r.outcome) for r in result.records]
+
+    assert [(turn, attempt, outcome) for turn, attempt, _, outcome in shape(real)] == [
+        (0, 1, "ok"),
+        (1, 1, "rejected:waf_rejection"),
+        (1, 2, "experiment:passed"),
+        (1, 3, "experiment:passed"),
+        (1, 4, "experiment:blocked"),
+        (1, 5, "experiment:passed"),
+        (1, 6, "experiment:blocked"),
+        (1, 7, "ok"),
+        (2, 1, "ok"),
+    ]
+    assert shape(real) == shape(mock)
+    assert expectation_problems(real) == [] and expectation_problems(mock) == []
+    assert real.outcome == "content_withheld" and real.turns_completed == real.turns == 3
+    assert real.learned_cap is None and real.chars_lost == 0
+    assert [n for n in real.notices if n.startswith("⚠ The gateway blocked")] == [
+        "⚠ The gateway blocked this request for its content (403 at 26.1 KB): tool result #4 "
+        "(search_trains, 391 B) withheld and archived — recall it locally; ask your security team to "
+        "allow it"
+    ]

@@ -39,6 +39,7 @@ BUNDLED = (
     "bedrock-window-misconfigured",
     "cloudflare-waf-403",
     "corporate-128k-waf",
+    "crs-agent-content-withheld",
     "crs-system-prompt-blocked",
     "envoy-503-masks-413",
     "eof-mid-post-512k",
@@ -87,7 +88,6 @@ def test_every_bundled_scenario_loads_with_a_description_and_an_expectation(name
 
 EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
     "corporate-128k-waf": ("bedrock-converse", ["bedrock-html-403"], "recovered", "waf_rejection"),
-    "crs-system-prompt-blocked": ("anthropic", ["anomaly-waf"], "content_floor", "waf_rejection"),
     "bedrock-window-misconfigured": ("bedrock-converse", [], "recovered", "context_overflow"),
     "nginx-1m-413": ("openai-chat", ["body-cap"], "recovered", "payload_too_large"),
     "cloudflare-waf-403": ("anthropic", ["waf-403-html"], "recovered", "waf_rejection"),
@@ -140,6 +140,9 @@ EXPECTED = {  # name: (format, fault kinds, outcome, failure kind)
         "content_withheld",
         "waf_rejection",
     ),
+    # the real CRS's scenarios (issue 22 item 9): Apache + ModSecurity + CRS, imitated by the anomaly scorer
+    "crs-agent-content-withheld": ("anthropic", ["anomaly-waf"], "content_withheld", "waf_rejection"),
+    "crs-system-prompt-blocked": ("anthropic", ["anomaly-waf"], "content_floor", "waf_rejection"),
 }
 
 
