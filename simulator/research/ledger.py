@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simulator.research.pieces import (
+    ARGUMENTS,
     DATA_URL_RE,
     EDGE_POOLS,
     IMAGE,
@@ -187,8 +188,9 @@ class LossLedger:
             if known is not None:
                 current[id(msg)] = _Root(msg, 1, known.pieces, known.edges)
             else:
-                texts = [msg.content, *(call.arguments for call in msg.tool_calls)]
-                current[id(msg)] = _Root(msg, 1, message_pieces(msg), text_edges(texts))
+                arguments = [call.arguments for call in msg.tool_calls]
+                edges = text_edges([msg.content]) + text_edges(arguments, ARGUMENTS)
+                current[id(msg)] = _Root(msg, 1, message_pieces(msg), edges)
         for ident, root in self._roots.items():
             now = current.get(ident)
             self._offer_root(root, (now.count if now is not None else 0) - root.count)

@@ -140,12 +140,13 @@ def message_pieces(msg: Message) -> list[Piece]:
     return [piece for piece in pieces if piece[1]]
 
 
-def text_edges(texts: list[str]) -> list[Edge]:
-    """One content edge per distinct marker of each text; an image note's marker is an image edge."""
+def text_edges(texts: list[str], kind: int = CONTENT) -> list[Edge]:
+    """One ``kind`` edge per distinct marker of each text (an ``ARGUMENTS`` edge for a marker in a tool
+    call's arguments: the entry it names holds arguments); an image note's marker is an image edge."""
     edges: list[Edge] = []
     for text in texts:
         body, images = split_image_notes(text)
-        edges += [(key, CONTENT, 1) for key in extract_keys(body)]
+        edges += [(key, kind, 1) for key in extract_keys(body)]
         edges += [(key, IMAGE, 1) for key in images]
     return edges
 
@@ -171,7 +172,7 @@ class _Offer:
         value = split_image_notes(text)[0] if pool == "content" else text
         if value:
             self.pieces.append((pool, value))
-        for key, kind, count in text_edges([text]):
+        for key, kind, count in text_edges([text], ARGUMENTS if pool == "arguments" else CONTENT):
             self.edges[key, kind] += count
 
     def result(self, call_id: str) -> None:

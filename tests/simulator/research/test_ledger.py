@@ -8,6 +8,7 @@ the chars of what that change makes unrecoverable.
 from __future__ import annotations
 
 import base64
+import json
 from collections import Counter
 
 import pytest
@@ -139,6 +140,17 @@ def test_lost_arguments_are_counted() -> None:
     assert lost(original, replaced(original, 2, original[2].replace(tool_calls=calls))) == Losses(
         arguments=len('{"path": "build.log"}')
     )
+
+
+def test_arguments_archived_behind_a_marker_in_their_own_place_are_not_lost() -> None:
+    # A withheld tool call (SPEC §12) keeps a stub with the marker in its arguments: the entry it names
+    # holds arguments, and is credited to them (it used to be offered to content only: 79 chars "lost").
+    original = agent_conversation()
+    store = MemoryArchive()
+    key = store.put('{"path": "build.log"}')
+    stub = ToolCall("call_2", "read_file", json.dumps({"withheld": f"refused by the gateway {marker(key)}"}))
+    calls = (original[2].tool_calls[0], stub)
+    assert lost(original, replaced(original, 2, original[2].replace(tool_calls=calls)), store) == Losses()
 
 
 def test_a_lost_image_is_counted_by_its_data() -> None:
