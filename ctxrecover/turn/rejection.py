@@ -141,6 +141,7 @@ class TurnAttempts:
     before_recovery: BeforeRecovery | None = None
     size_signatures: set[str] = field(default_factory=set)
     blocked: int = 0
+    route_open: bool = False  # an experiment of this turn passed: the route is not what refuses
 
     def accepted(self) -> bool:
         """The gateway accepted a request: what the turn risked undoing is settled. True when
@@ -217,6 +218,7 @@ def answer_rejection(
         adopt_gateway(conv, judged.model)
         error = _floor_error(conv, turn, failure, request.max_tokens, warn=True)
         if error is not None:
+            yield from _ask_route(conv, turn, judged, request)
             raise error from exc
     conv.gateway = conv.gateway.refuse(
         request_body_key(conv, request), request_bytes(conv, request), judged.verdict
@@ -243,7 +245,9 @@ def answer_rejection(
     if judged.verdict is Verdict.SIZE_LIMIT and retry is not request and floor_reached:
         error = _floor_error(conv, turn, failure, retry.max_tokens, smallest=retry_size)
         if error is not None:
+            yield from _ask_route(conv, turn, judged, request)
             raise error from exc
+    yield from _ask_route(conv, turn, judged, request)
     raise RecoveryExhausted(
         f"recovery exhausted after {turn.attempts} attempt(s): {failure.reason_text or failure.kind}",
         failure=failure,
@@ -301,8 +305,9 @@ def _settle_block(
     turn.blocked += 1
     conv.stats.content_blocks += 1
     search = BlockSearch.start(conv, failure, size, turn.blocked, judged.signature)
+    accepted = conv.gateway.accepted_requests
     try:
-        first = conv.gateway.accepted_requests == 0
+        first = accepted == 0
         base_over = first and _base_over(conv, request, size)
         if first and not base_over:
             yield from probe_route(search)
@@ -330,6 +335,25 @@ def _settle_block(
         return (yield from find_and_withhold(search, request))
     except PolicyBlockedError:
         # the route refused even nothing: no cap from it, and the bodies it refused may be sent again later
+        _undo_size_reading(conv, turn, judged.signature, refusals=True)
+        raise
+    finally:
+        turn.blocked = search.blocked
+        turn.route_open = turn.route_open or conv.gateway.accepted_requests > accepted
+
+
+def _ask_route(conv: Conversation, turn: TurnAttempts, judged: Judgement, request: ChatRequest) -> Flow[None]:
+    """A block page read as size is about to end the turn (the floor, or the ladder spent) and no request
+    of the turn passed: a one-word request first asks whether the route itself is refused — then it is
+    policy, not size (SPEC §12), and the size reading is undone (no cap kept, nothing compacted for it)."""
+    if judged.failure.kind is not FailureKind.WAF_REJECTION or turn.route_open:
+        return
+    search = BlockSearch.start(
+        conv, judged.failure, request_bytes(conv, request), turn.blocked, judged.signature
+    )
+    try:
+        yield from probe_route(search)
+    except PolicyBlockedError:
         _undo_size_reading(conv, turn, judged.signature, refusals=True)
         raise
     finally:
