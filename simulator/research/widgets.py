@@ -49,9 +49,10 @@ __all__ = [
     "summary_frame",
 ]
 
-# The dashboard opens on a scenario where every slider moves the result (tests/simulator/research/
-# test_widgets.py checks two values of each): planned compaction and the recovery ladder both act there.
-DEFAULT_SCENARIO = "bedrock-window-misconfigured"
+# The dashboard opens on a scenario where every slider of the planned compaction moves the result
+# (tests/simulator/research/test_widgets.py checks it): the overflow teaches the window, and the ladder's
+# first rung recovers it.
+DEFAULT_SCENARIO = "anthropic-200k-overflow"
 # Transcript dropdown entry for "the scenario's own [workload] transcript".
 WORKLOAD_TRANSCRIPT = "(scenario workload)"
 # Summarizer dropdown entry for "the summarizer the scenario names" (no override).

@@ -160,7 +160,10 @@ def what_happened(summary: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in summary.items() if key not in KNOB_CONTROLS}
 
 
-def test_the_dashboard_opens_on_a_scenario_where_every_slider_changes_the_result() -> None:
+def test_the_dashboard_opens_where_every_slider_of_the_planned_compaction_changes_the_result() -> None:
+    # emergency_keep_messages is what the ladder's second rung keeps: since the window is learned from
+    # the overflow's evidence (issue 26), every bundled overflow recovers at the first rung, so that one
+    # slider changes nothing on any bundled scenario — a gateway that refuses the first retry too brings it in
     controls = replay_controls()
     assert controls["scenario"].value == DEFAULT_SCENARIO
     opening = {name: controls[name].value for name in CONTROL_NAMES}
@@ -175,7 +178,7 @@ def test_the_dashboard_opens_on_a_scenario_where_every_slider_changes_the_result
         assert moved[name] == other and moved["chars_lost"] == 0
         if what_happened(moved) == what_happened(first):
             unchanged.append(name)
-    assert unchanged == []
+    assert unchanged == ["emergency_keep_messages"]
 
 
 def test_a_float_slider_value_is_rounded_to_its_step(spy: ReplaySpy) -> None:
