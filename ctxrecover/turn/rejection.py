@@ -348,6 +348,8 @@ def _ask_route(conv: Conversation, turn: TurnAttempts, judged: Judgement, reques
     policy, not size (SPEC §12), and the size reading is undone (no cap kept, nothing compacted for it)."""
     if judged.failure.kind is not FailureKind.WAF_REJECTION or turn.route_open:
         return
+    if conv.policy.max_recovery_attempts == 0:
+        return  # recovery is off: the turn ends on the size reading, with no request more
     search = BlockSearch.start(
         conv, judged.failure, request_bytes(conv, request), turn.blocked, judged.signature
     )
