@@ -213,7 +213,9 @@ def test_trimmed_feedback_holds_only_whole_tokens(block: str, rest: str, share: 
         block_tail_chars=block_max // 4,
         feedback_max_chars=max(MIN_FEEDBACK_MAX_CHARS, block_max),
     )
-    assert new_tokens(trimmed[0].content, original) == set()
+    # the block's own tags are kept whole around its cut: when the block starts with one long word, the tag
+    # the original glued to it stands alone (a structural boundary, not a cut inside a word)
+    assert new_tokens(trimmed[0].content, original) - {"<tool_output>", "</tool_output>"} == set()
 
 
 @settings(max_examples=60, deadline=None)
