@@ -1045,6 +1045,29 @@ def test_an_overflow_that_states_no_number_bounds_the_window_by_the_refused_requ
     assert len(sender.requests) == 3 and notices(events, "inferred_window") == [told]
 
 
+def test_an_overflow_that_states_no_number_never_bounds_the_window_below_an_accepted_prompt() -> None:
+    # the evidence interval's floor: the provider accepted a prompt of 12,000 tokens (its usage count),
+    # so a later refusal whose ¾ falls below that leaves the window at 12,000
+    overflow = SendFailed(
+        "HTTP 400",
+        request_bytes=60_000,
+        status=400,
+        body='{"message":"Input is too long for requested model."}',
+    )
+    sender = ScriptedSender(
+        answer("ok", input_tokens=12_000), overflow, answer("ok"), wire_format="bedrock-converse", model="m"
+    )
+    session = Session(sender, policy=Policy(context_window=200_000))
+    session.extend(conversation(30, 1800))
+    session.complete()
+    session.add(Message.user("more"))
+
+    session.complete()
+
+    estimate = total_weight(sender.requests[1].messages) / session.chars_per_token
+    assert estimate * 3 / 4 < 12_000 and session.context_window == 12_000
+
+
 def test_an_overflow_that_counts_the_refused_request_calibrates_chars_per_token_at_once() -> None:
     # Token-dense text: the provider counts 40,000 tokens where 4 chars per token would say ~14,000.
     text = conversation(30, 1800)
