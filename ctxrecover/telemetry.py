@@ -102,6 +102,7 @@ NOTICE_EVENTS: Mapping[str, str] = MappingProxyType(
         "content_block": "ctxrecover.content_block",
         "content_withheld": "ctxrecover.content_block.withheld",
         "block_not_reproduced": "ctxrecover.content_block.not_reproduced",
+        "block_budget": "ctxrecover.content_block.budget",
         "content_floor": "ctxrecover.content_block.floor",
         "policy_block": "ctxrecover.gateway.policy_block",
         "content_refused": "ctxrecover.provider.content_refused",

@@ -15,6 +15,8 @@ __all__ = [
     "CAP_LIFTED_NOTICE",
     "BLOCK_BUDGET_NOTICE",
     "BLOCK_NOT_REPRODUCED_CODE",
+    "BLOCK_BUDGET_CODE",
+    "BLOCK_BUDGET_SIZE_NOTICE",
     "BLOCK_NOT_REPRODUCED_NOTICE",
     "CONTENT_BLOCK_CODE",
     "CONTENT_BLOCK_NOTICE",
@@ -125,6 +127,12 @@ BLOCK_BUDGET_NOTICE = (
     "CHATCLI_MAX_BLOCKED_REQUESTS): the refused content is among %s — set it aside, or ask your security "
     "team which rule matched"
 )
+#: A retry refused again after the turn's budget of blocked requests was spent (blocked, budget, last size).
+BLOCK_BUDGET_SIZE_NOTICE = (
+    "✖ The gateway blocked %d requests of this turn (budget %d, CHATCLI_MAX_BLOCKED_REQUESTS), the last "
+    "at %s: nothing more is sent this turn — compact or set aside what it carries, or ask your security "
+    "team which rule matched"
+)
 #: A block the experiments could not reproduce (status, size): the content passed when tested again.
 BLOCK_NOT_REPRODUCED_NOTICE = (
     "⚠ The gateway's block (%s at %s) did not reproduce: the same content passed in a test request — "
@@ -192,6 +200,7 @@ PREFLIGHT_CODE = "preflight"
 UNCAPPED_HISTORY_CODE = "uncapped_history"
 CONTENT_BLOCK_CODE = "content_block"
 BLOCK_NOT_REPRODUCED_CODE = "block_not_reproduced"
+BLOCK_BUDGET_CODE = "block_budget"
 CONTENT_WITHHELD_CODE = "content_withheld"
 CONTENT_REFUSED_CODE = "content_refused"
 POLICY_BLOCK_CODE = "policy_block"

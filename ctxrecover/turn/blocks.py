@@ -4,19 +4,20 @@
 here. Every blocked request is a security event in someone's SIEM, so each experiment is the
 cheapest request that tells the remaining hypotheses apart:
 
-1. **Nothing accepted yet through this gateway** (its first request was blocked):
-   :func:`probe_route` sends a one-word request carrying no conversation content. Refused →
-   *policy* (:class:`PolicyBlockedError`: two requests in all, nothing compacted, no cap).
-   Passed → the non-compactable base (system prompt and tool definitions with that word):
-   refused → the base itself is the content (:class:`ContentFloorError`, naming the part).
-2. **Above every accepted size**, :func:`size_or_content` sends the same request with the content new
-   since the last accepted request withheld and its room filled with blanks: passed → content
-   (no extra block); refused → size (the cap is learned then, not before). A page that turned out
-   to be size before (:meth:`~ctxrecover.recovery.GatewayModel.reading`) is taken for size at once.
+1. **The route first**: unless a request of the turn passed already, :func:`probe_route` sends a
+   one-word request carrying no conversation content. Refused → *policy*
+   (:class:`PolicyBlockedError`: two blocked requests in all, nothing compacted, no cap). When
+   nothing was accepted yet through this gateway, :func:`probe_base` then sends the non-compactable
+   base (system prompt and tool definitions with that word): refused → the base itself is the
+   content (:class:`ContentFloorError`, naming the part), unless blanks as large are refused too.
+2. **Above every accepted size**, :func:`blank_refused` sends blanks as large as the refused request,
+   with nothing of the conversation: refused → size (the cap is learned then, not before); passed →
+   content, wherever it is in the request (old content a rule added since refuses too). A page that
+   turned out to be size before (:meth:`~ctxrecover.recovery.GatewayModel.reading`) is taken for size
+   without the blanks.
 3. **Content**: :func:`find_and_withhold` searches the refused request's parts — those new since
    the last accepted request, then the library's own text, then the rest — withholding a whole
-   tier first (a request that passes tells the culprit is in it; when the first is refused, a one-word
-   request asks whether the route itself is refused now), then narrowing it with delta
+   tier first (a request that passes tells the culprit is in it), then narrowing it with delta
    debugging (:func:`~ctxrecover.recovery.culprit.ddmin`): about 1 + ⌈log2 n⌉ blocked requests
    for one culprit among n parts. The culprit set is withheld in the history (archived, replaced
    by the SPEC §12 stub, one notice each) and never resent through this gateway
@@ -89,14 +90,23 @@ class BlockSearch:
     blocked: int
     failure: Failure
     signature: str
+    route_open: bool  # a request of this turn passed: the route is not what refuses
 
     @classmethod
     def start(
-        cls, conv: Conversation, failure: Failure, size: int, blocked: int, signature: str
+        cls,
+        conv: Conversation,
+        failure: Failure,
+        size: int,
+        blocked: int,
+        signature: str,
+        *,
+        route_open: bool,
     ) -> BlockSearch:
-        """The search of one block (its failure, the refused size, the turn's blocked count so far)."""
+        """The search of one block (its failure, the refused size, the turn's blocked count so far,
+        whether a request of the turn passed)."""
         status = str(failure.status) if failure.status is not None else failure.kind.value
-        return cls(conv, status, size, blocked, failure, signature)
+        return cls(conv, status, size, blocked, failure, signature, route_open)
 
     @property
     def spent(self) -> bool:
@@ -108,11 +118,15 @@ class BlockSearch:
 
 
 def probe_route(search: BlockSearch) -> Flow[None]:
-    """A one-word request carrying no conversation content (the gateway's first request was blocked, or
-    a request without its new parts). Refused too → the route itself is refused
-    (:class:`PolicyBlockedError`)."""
-    if (yield from _test(search, _experiment(search.conv, (Message.user(MINIMAL_PROMPT),), tools=None))):
+    """A one-word request carrying no conversation content, unless a request of the turn passed already.
+    Refused too → the route itself is refused (:class:`PolicyBlockedError`): two blocked requests in
+    all, nothing compacted, no cap."""
+    if search.route_open:
+        return
+    probe = _experiment(search.conv, (Message.user(MINIMAL_PROMPT),), tools=None)
+    if (yield from _test(search, probe, proves=False)):
         _raise_policy(search)
+    search.route_open = True
 
 
 def probe_base(search: BlockSearch) -> Flow[int | None]:
@@ -124,7 +138,7 @@ def probe_base(search: BlockSearch) -> Flow[int | None]:
     if not system and not conv.tools:
         return None
     base = _experiment(conv, (*system, Message.user(MINIMAL_PROMPT)), tools=conv.tools)
-    if not (yield from _test(search, base)):
+    if not (yield from _test(search, base, proves=False)):
         return None
     size = request_bytes(conv, base)
     if not (yield from blank_refused(search, size)):
@@ -136,8 +150,9 @@ def blank_refused(search: BlockSearch, size: int) -> Flow[bool]:
     """A request of ``size`` bytes of blanks, without the base and without the conversation: True when
     it is refused too — a size limit at or under that size, whatever the content."""
     word = Message.user(MINIMAL_PROMPT)
-    blank = _experiment(search.conv, (word.replace(content=word.content + " " * size),), tools=None)
-    return (yield from _test(search, blank))
+    pad = size - request_bytes(search.conv, _experiment(search.conv, (word,), tools=None))
+    blank = _experiment(search.conv, (word.replace(content=word.content + " " * max(pad, 0)),), tools=None)
+    return (yield from _test(search, blank, proves=False))
 
 
 def raise_floor(search: BlockSearch) -> Flow[None]:
@@ -164,7 +179,7 @@ def _raise_floor(search: BlockSearch, system: tuple[Message, ...]) -> Flow[None]
     if (
         system
         and conv.tools
-        and not (yield from _test(search, _experiment(conv, (*system, word), tools=None)))
+        and not (yield from _test(search, _experiment(conv, (*system, word), tools=None), proves=False))
     ):
         part = "tool definitions"
     message = CONTENT_FLOOR_NOTICE % (part, search.status, format_payload_size(search.size))
@@ -217,15 +232,13 @@ def find_and_withhold(
             is_ours=lambda p: _is_ours(conv.history[positions[p.index]], request.messages[p.index]),
         )
         widened: list[Part] = []
-        for depth, tier in enumerate(ordered):
+        for tier in ordered:
             widened += tier
             if search.spent:
                 _raise_budget(search, request, widened)
             if not (yield from _test(search, _without(conv, request, widened))):
                 scope = widened
                 break
-            if depth == 0 and len(ordered) > 1:
-                yield from probe_route(search)  # refused without its new parts: is it the route itself?
         if scope is None:
             yield from _floor_or_policy(search)
     culprit = yield from _narrow(search, request, list(scope or ()))
@@ -280,8 +293,7 @@ def _reproduces(
 def _floor_or_policy(search: BlockSearch) -> Flow[None]:
     """Withholding every conversation part was refused too: the route, or the base."""
     conv = search.conv
-    if (yield from _test(search, _experiment(conv, (Message.user(MINIMAL_PROMPT),), tools=None))):
-        _raise_policy(search)
+    yield from probe_route(search)
     yield from _raise_floor(search, tuple(conv.history[: leading_system_count(conv.history)]))
     raise AssertionError("unreachable: the floor is raised")  # pragma: no cover
 
@@ -383,8 +395,9 @@ def _experiment(
     )
 
 
-def _test(search: BlockSearch, request: ChatRequest) -> Flow[bool]:
-    """Send an experiment: True when the gateway blocked it (counted against the turn's budget)."""
+def _test(search: BlockSearch, request: ChatRequest, *, proves: bool = True) -> Flow[bool]:
+    """Send an experiment: True when the gateway blocked it (counted against the turn's budget). When it
+    passes and ``proves`` (it carries conversation content), what it carried is proven."""
     conv = search.conv
     size = request_bytes(conv, request)
     for attempt in range(2):
@@ -402,6 +415,9 @@ def _test(search: BlockSearch, request: ChatRequest) -> Flow[bool]:
                 search.blocked += 1
                 conv.stats.rejected_requests += 1
                 return True
+            if seen.kind is FailureKind.PAYLOAD_TOO_LARGE:
+                conv.stats.rejected_requests += 1
+                return True  # refused as too large: a size answer, not a block page (no security event)
             if seen.kind is FailureKind.TRANSIENT_NETWORK and attempt == 0:
                 yield Sleep(TRANSIENT_BACKOFF_S)
                 continue
@@ -410,8 +426,8 @@ def _test(search: BlockSearch, request: ChatRequest) -> Flow[bool]:
                 failure=seen,
             ) from exc
         conv.gateway = conv.gateway.accepted(response.request_bytes, policy=conv.policy)
-        if request.messages and request.messages[-1].content != MINIMAL_PROMPT:
-            conv.last_accepted = request.messages  # what passed is proven (the probes carry nothing of it)
+        if proves:
+            conv.last_accepted = request.messages  # what passed is proven
         return False
     raise AssertionError("unreachable: the second attempt returns or raises")  # pragma: no cover
 

@@ -40,6 +40,8 @@ from ctxrecover.failure import Failure, FailureKind
 from ctxrecover.messages import Message
 from ctxrecover.passes.truncate import leading_system_count
 from ctxrecover.recovery import (
+    BLOCK_BUDGET_CODE,
+    BLOCK_BUDGET_SIZE_NOTICE,
     CONTENT_BLOCK_CODE,
     CONTENT_REFUSED_CODE,
     CONTENT_REFUSED_NOTICE,
@@ -66,7 +68,7 @@ from ctxrecover.recovery.diagnosis import (
     least_history,
     lowered_max_tokens,
 )
-from ctxrecover.sizes import image_tokens
+from ctxrecover.sizes import format_payload_size, image_tokens
 from ctxrecover.transport import ChatRequest
 from ctxrecover.turn.actions import Flow, Sleep
 from ctxrecover.turn.answer import calibrate, input_tokens
@@ -304,42 +306,49 @@ def _settle_block(
     size = request_bytes(conv, request)
     turn.blocked += 1
     conv.stats.content_blocks += 1
-    search = BlockSearch.start(conv, failure, size, turn.blocked, judged.signature)
+    if turn.blocked > conv.policy.max_blocked_requests:
+        # the page the budget could not prevent (a retry refused again): nothing more is sent this turn
+        message = BLOCK_BUDGET_SIZE_NOTICE % (
+            turn.blocked,
+            conv.policy.max_blocked_requests,
+            format_payload_size(size),
+        )
+        conv.events.notice(BLOCK_BUDGET_CODE, message)
+        raise RecoveryExhausted(message, failure=failure, attempts=turn.attempts)
+    search = BlockSearch.start(
+        conv, failure, size, turn.blocked, judged.signature, route_open=turn.route_open
+    )
     accepted = conv.gateway.accepted_requests
     try:
         first = accepted == 0
         base_over = first and _base_over(conv, request, size)
+        yield from probe_route(search)  # the cheapest question first: is it the route itself (policy)?
         if first and not base_over:
-            yield from probe_route(search)
             floor = yield from probe_base(search)
             if floor is not None:  # refused with the base, and as large without it: a size limit under it
                 conv.gateway = conv.gateway.size_rejected(judged.signature, floor, policy=conv.policy)
                 conv.gateway = conv.gateway.read_block(judged.signature, "size")
                 return None
-        if size > conv.gateway.largest_accepted:
-            if conv.gateway.reading(judged.signature) == "size":
-                return None  # this page was a size limit before: the size way, no experiment
-            new = new_parts(conv, request)
-            if base_over:
-                if (yield from blank_refused(search, size)):
-                    yield from probe_route(search)  # refused too: the route (policy), else size
-                    conv.gateway = conv.gateway.read_block(judged.signature, "size")
-                    return None  # blanks as large, with nothing of the conversation, refused too: size
-                if not new or (yield from size_or_content(search, request, new)):
-                    yield from raise_floor(search)  # not size, and nothing new to blame: the base itself
-                return (yield from find_and_withhold(search, request, scope=new))
-            if new and not (yield from size_or_content(search, request, new)):
-                return (yield from find_and_withhold(search, request, scope=new))
+        if size <= conv.gateway.largest_accepted:
+            return (yield from find_and_withhold(search, request))  # not size: the content
+        if conv.gateway.reading(judged.signature) == "size" and judged.signature not in turn.size_signatures:
+            return None  # this page was a size limit before this turn: the size way, no experiment more
+        if (yield from blank_refused(search, size)):
             conv.gateway = conv.gateway.read_block(judged.signature, "size")
-            return None
-        return (yield from find_and_withhold(search, request))
+            return None  # blanks as large, with nothing of the conversation, refused too: size
+        new = new_parts(conv, request)
+        if base_over and (not new or (yield from size_or_content(search, request, new))):
+            yield from raise_floor(search)  # not size, and nothing new to blame: the base itself
+        # content: on a first request (or one no compaction shrinks) the base passed, so it is in the
+        # conversation's parts; later, anywhere — the new parts are searched first
+        return (yield from find_and_withhold(search, request, scope=new if first else None))
     except PolicyBlockedError:
         # the route refused even nothing: no cap from it, and the bodies it refused may be sent again later
         _undo_size_reading(conv, turn, judged.signature, refusals=True)
         raise
     finally:
         turn.blocked = search.blocked
-        turn.route_open = turn.route_open or conv.gateway.accepted_requests > accepted
+        turn.route_open = search.route_open or conv.gateway.accepted_requests > accepted
 
 
 def _ask_route(conv: Conversation, turn: TurnAttempts, judged: Judgement, request: ChatRequest) -> Flow[None]:
@@ -351,7 +360,7 @@ def _ask_route(conv: Conversation, turn: TurnAttempts, judged: Judgement, reques
     if conv.policy.max_recovery_attempts == 0:
         return  # recovery is off: the turn ends on the size reading, with no request more
     search = BlockSearch.start(
-        conv, judged.failure, request_bytes(conv, request), turn.blocked, judged.signature
+        conv, judged.failure, request_bytes(conv, request), turn.blocked, judged.signature, route_open=False
     )
     try:
         yield from probe_route(search)

@@ -52,12 +52,14 @@ def test_a_content_block_above_every_accepted_size_is_told_from_size_and_the_cul
 
     (turn_index,) = {r.turn for r in result.records if r.outcome.startswith("rejected")}
     turn = [r for r in result.records if r.turn == turn_index]
-    first, telling = turn[0], turn[1]
+    first, probe, telling = turn[0], turn[1], turn[2]
     accepted_before = max(r.request_bytes for r in result.records if r.turn < turn_index)
     assert first.outcome == "rejected:waf_rejection" and first.request_bytes > accepted_before  # size-like
-    # SPEC §12: as large, without the new content, it passes — content, not size; no cap, no compaction
-    assert telling.outcome == "experiment:passed" and telling.request_bytes >= first.request_bytes * 0.99
-    assert [r.outcome for r in turn[2:-1]] and all(r.outcome.startswith("experiment:") for r in turn[2:-1])
+    # SPEC §12: one word alone passes (not the route); blanks as large pass — content, not size; no cap,
+    # no compaction
+    assert probe.outcome == "experiment:passed" and probe.request_bytes < 200
+    assert telling.outcome == "experiment:passed" and telling.request_bytes == first.request_bytes
+    assert [r.outcome for r in turn[3:-1]] and all(r.outcome.startswith("experiment:") for r in turn[3:-1])
     assert turn[-1].outcome == "ok" and result.learned_cap is None
     assert all(r.learned_cap is None and r.recovery_level is None for r in result.records)
     assert sum(r.outcome.startswith(REFUSED) for r in turn) <= 1 + 2  # 1 + ⌈log2 n⌉, n ≤ 4 new parts
@@ -79,9 +81,11 @@ def test_a_content_block_under_a_learned_cap_costs_two_blocks_keeps_the_cap_and_
     turns = sorted({r.turn for r in result.records if r.outcome == "rejected:waf_rejection"})
     (turn_index,) = turns
     blocked = [r for r in result.records if r.turn == turn_index]
-    # the block; the new parts withheld: passed; one half of them: passed; the other: blocked; the turn
+    # the block; one word alone: passed; the new parts withheld: passed; one half of them: passed; the
+    # other: blocked; the turn
     assert [r.outcome for r in blocked] == [
         "rejected:waf_rejection",
+        "experiment:passed",
         "experiment:passed",
         "experiment:passed",
         "experiment:blocked",

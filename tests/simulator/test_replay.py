@@ -157,8 +157,9 @@ def test_one_record_per_request_attempt_in_the_run_schema(waf: Waf) -> None:
     result, _ = waf
     assert len(result.records) == result.stats.requests
     assert list(result.frame.columns) == list(RUN_COLUMNS)
-    # the block page, the same size without the new content (refused too: size), the recovered retry
-    assert [(r.turn, r.attempt) for r in result.records if r.turn == 8] == [(8, 1), (8, 2), (8, 3)]
+    # the block page, one word alone (passed: not the route), blanks as large (refused too: size), the
+    # recovered retry
+    assert [(r.turn, r.attempt) for r in result.records if r.turn == 8] == [(8, 1), (8, 2), (8, 3), (8, 4)]
     assert result.turns_completed == result.turns == 15
 
 
@@ -166,12 +167,14 @@ def test_the_waf_rejection_teaches_the_cap_after_one_telling_request_and_the_nex
     waf: Waf,
 ) -> None:
     result, _ = waf
-    rejected, telling, recovered = (r for r in result.records if r.turn == 8)
+    rejected, probe, telling, recovered = (r for r in result.records if r.turn == 8)
     assert rejected.outcome == "rejected:waf_rejection" and rejected.request_bytes >= 128_000
     assert rejected.proxy_cap == 128_000 and rejected.learned_cap is None
-    # SPEC §12: a block page may be content; as large without the new content and refused too: size
-    assert telling.outcome == "experiment:blocked" and telling.request_bytes >= 128_000
-    assert telling.message_count <= rejected.message_count and telling.max_tokens == 16
+    # SPEC §12: a block page may be policy — one word alone passes; it may be content — blanks as large,
+    # with nothing of the conversation, are refused too: size
+    assert probe.outcome == "experiment:passed" and probe.request_bytes < 200 and probe.message_count == 1
+    assert telling.outcome == "experiment:blocked" and telling.request_bytes == rejected.request_bytes
+    assert telling.message_count == 1 and telling.max_tokens == 16
     assert recovered.outcome == "recovered@L1" and recovered.request_bytes < 128_000
     # SPEC §11: the ¾ rule inside the evidence's interval — never below the largest accepted request
     accepted = max(r.request_bytes for r in result.records if r.turn < 8)
@@ -182,9 +185,9 @@ def test_the_waf_rejection_teaches_the_cap_after_one_telling_request_and_the_nex
 
 def test_notices_go_to_the_attempt_that_caused_them(waf: Waf) -> None:
     result, _ = waf
-    rejected, telling, recovered = (r for r in result.records if r.turn == 8)
+    rejected, probe, telling, recovered = (r for r in result.records if r.turn == 8)
     # the telling request settled the reading: the recovery and what it teaches are said on it
-    assert RECOVERABLE_WAF not in rejected.notices
+    assert RECOVERABLE_WAF not in rejected.notices and probe.notices == ""
     assert telling.notices.split("\n")[0] == RECOVERABLE_WAF
     assert any(line.startswith("ℹ Gateway rejected a ") for line in telling.notices.split("\n"))
     assert RECOVERABLE_WAF not in recovered.notices
@@ -196,7 +199,7 @@ def test_events_stream_in_order_with_every_record(waf: Waf) -> None:
     assert tuple(seen) == result.events
     assert [e.item for e in seen if isinstance(e.item, AttemptRecord)] == list(result.records)
     first_notice = next(e for e in seen if isinstance(e.item, Notice))
-    assert (first_notice.turn, first_notice.attempt, first_notice.item.message) == (8, 2, RECOVERABLE_WAF)
+    assert (first_notice.turn, first_notice.attempt, first_notice.item.message) == (8, 3, RECOVERABLE_WAF)
     assert any(isinstance(e.item, PreCompact) and e.item.trigger == "recovery" for e in seen)
 
 

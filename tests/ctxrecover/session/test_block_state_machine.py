@@ -13,7 +13,7 @@ it refused each body; the session does not. After every turn:
    size the gateway's limit really refuses; ``learned_cap``, when set, is never below the largest
    request the gateway accepted.
 2. **The request budget.** A turn's block pages (every 403) are at most
-   ``policy.max_blocked_requests + 1`` (:data:`BLOCK_PAGE_BOUND`).
+   ``policy.max_blocked_requests + 1`` (:func:`block_page_bound`), whatever the budget.
 3. **Nothing is lost**: every original text (contents, tool-call arguments) is in the history or
    recallable from the session's archive (:func:`simulator.research.retention.chars_lost` is 0).
 4. **Withheld content is never resent** through that gateway: no later body carries it, raw,
@@ -29,7 +29,6 @@ import json
 from dataclasses import dataclass, field
 
 import httpx
-import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
@@ -43,9 +42,12 @@ from ctxrecover.errors import (
     PolicyBlockedError,
     RecoveryExhausted,
 )
+from ctxrecover.events import Event, Notice, PreCompact
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import Policy
+from ctxrecover.recovery import BLOCK_BUDGET_CODE, BLOCK_BUDGET_SIZE_NOTICE
 from ctxrecover.session import Session
+from ctxrecover.sizes import format_payload_size
 from ctxrecover.transport import HttpxSender
 from simulator.research.retention import chars_lost
 
@@ -76,19 +78,9 @@ TYPED_ERRORS = (
 
 
 def block_page_bound(policy: Policy) -> int:
-    """Invariant 2, read from ctxrecover/turn/blocks.py and rejection.py. The content search counts the
-    turn's first rejection against ``max_blocked_requests`` and sends no blocked test once the count
-    reaches it; the one page the budget cannot prevent is the rejection of the next request (the retry
-    after a withholding, or the one-word route probe): budget + 1. A size reading of a block page is
-    not gated by the budget: the refused request, the padded experiment, one page per recovery
-    attempt, then the route probe before the turn gives up: 3 + ``max_recovery_attempts``. At the
-    defaults (6, 3) the bound is budget + 1 = 7; with a smaller budget the size path can exceed it
-    (:func:`test_a_small_budget_bounds_the_block_pages_of_a_policy_denial_read_as_size_first`)."""
-    return max(policy.max_blocked_requests + 1, 3 + policy.max_recovery_attempts)
-
-
-#: SPEC §12's promise, which the size path does not keep below the default budget (see above).
-def spec_block_page_bound(policy: Policy) -> int:
+    """Invariant 2 (SPEC §12): the search sends no blocked test once the turn's count reaches
+    ``max_blocked_requests``, and a block page past the budget (a retry refused again) ends the turn;
+    the one page the budget cannot prevent is the rejection of the next request after the last test."""
     return policy.max_blocked_requests + 1
 
 
@@ -188,10 +180,10 @@ class BlockMachine(RuleBasedStateMachine):
         self.added_in: list[int] = []  # per original: the turn it was added before (sent from turn + 1)
         self.withheld: dict[str, int] = {}  # archive key → the turn it was withheld in
         self.outcomes: list[str] = []
+        self.events: list[Event] = []
 
-    # the default budget and above: below it the size path's pages are known to overshoot and a denied
-    # route can be reported as a content block (the strict xfails below pin both)
-    @initialize(budget=st.sampled_from([6, 8]))
+    # budgets below the default too: the bound holds whatever the budget
+    @initialize(budget=st.sampled_from([2, 3, 6, 8]))
     def start(self, budget: int) -> None:
         self.policy = Policy(max_blocked_requests=budget)
         sender = HttpxSender(
@@ -200,7 +192,13 @@ class BlockMachine(RuleBasedStateMachine):
             model="anthropic.claude-3-5-sonnet",
             transport=httpx.MockTransport(self.gateway),
         )
-        self.session = Session(sender, policy=self.policy, archive=self.archive, sleep=lambda s: None)
+        self.session = Session(
+            sender,
+            policy=self.policy,
+            archive=self.archive,
+            sleep=lambda s: None,
+            on_event=self.events.append,
+        )
         self.add(Message.system(SYSTEM))
 
     def add(self, message: Message) -> None:
@@ -278,9 +276,9 @@ class BlockMachine(RuleBasedStateMachine):
         gateway = self.gateway
         gateway.turn = self.turn
         before = self.session.gateway
-        history_before = self.session.history
         denied = gateway.deny
         withheld_before = self.session.stats.withheld_chars
+        events_before = len(self.events)
         error: Exception | None = None
         try:
             self.session.complete()
@@ -296,7 +294,13 @@ class BlockMachine(RuleBasedStateMachine):
         # 5: the route denied → a policy block, nothing else; a policy block only when it is denied
         if denied:
             assert isinstance(error, PolicyBlockedError), self.outcomes
-            assert len(self.session.history) == len(history_before), "a policy block compacts nothing"
+            recovered = [
+                e
+                for e in self.events[events_before:]
+                if isinstance(e, PreCompact) and e.trigger == "recovery"
+            ]
+            if not any(s.why == "size" for s in sent):  # a size refusal before the denial is recovered from
+                assert not recovered, "a policy block compacts nothing"
             assert self.session.stats.withheld_chars == withheld_before, "a policy block withholds nothing"
             assert after.learned_cap == before.learned_cap and after.rejections == before.rejections
         else:
@@ -391,43 +395,58 @@ def test_a_route_denied_where_compaction_cannot_reach_the_accepted_size_is_a_pol
     None
 ):
     # Found by the machine: one turn accepted, then the route is denied. The block (the largest request
-    # yet) and the padded experiment are refused: a size reading; compaction cannot bring the request
-    # under the largest accepted size, so the turn used to end in PayloadFloorError with a cap of the
-    # accepted size learned from a policy block — and every later turn failed on that cap, the route
-    # reopened or not. A one-word probe before giving up tells the route.
+    # yet) and a padded experiment used to be refused — a size reading that compaction could not bring
+    # under the largest accepted size, so the turn ended in PayloadFloorError with a cap learned from a
+    # policy block, and every later turn failed on that cap. The one-word probe now comes first.
     machine = machine_after(1)
     machine.deny_route()
     machine.complete_turn()  # its invariants: PolicyBlockedError, no cap, nothing compacted
 
     pages = machine.gateway.pages_in(2)
     assert machine.outcomes == ["ok", "PolicyBlockedError"]
-    assert [s.why for s in pages] == ["policy"] * 3 and b'"text":"Hi"' in pages[-1].body
+    assert [s.why for s in pages] == ["policy"] * 2 and b'"text":"Hi"' in pages[-1].body
     assert machine.session.learned_cap is None and machine.session.gateway.rejections == ()
     machine.reopen_route()
     machine.complete_turn()
     assert machine.outcomes[-1] == "ok" and machine.gateway.pages_in(3) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a content rule added mid-session over content the gateway accepted before reads as size: the "
-    "blanks keep the old content, so they are refused too, and the floor ends the turn (open, issue 22)",
-)
 def test_a_rule_added_mid_session_over_old_content_is_content_not_a_size_floor() -> None:
+    # Found by the machine: a rule added after a turn was accepted fires on the system prompt, sent and
+    # accepted before. The experiment that kept the old content with blanks for the new was refused too —
+    # read as size, a cap learned, and PayloadFloorError ended the turn. Blanks alone as large pass:
+    # content; every conversation part withheld is still refused: the system prompt, the content floor.
     machine = machine_after(1)
-    machine.add_single_rule(trigger="/bin/bash -c")
-    machine.complete_turn()  # the invariant check inside raises: size evidence without a size refusal
+    machine.add_single_rule(trigger=SYSTEM_TRIGGER)
+    machine.complete_turn()  # its invariants: no size evidence without a size refusal, within budget
+
+    assert machine.outcomes == ["ok", "ContentFloorError"]
+    assert machine.session.learned_cap is None and machine.session.gateway.rejections == ()
+    assert len(machine.gateway.pages_in(2)) <= block_page_bound(machine.policy)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the size path's block pages are not gated by Policy.max_blocked_requests (reported, issue 22)",
-)
-def test_a_small_budget_bounds_the_block_pages_of_a_policy_denial_read_as_size_first() -> None:
-    # SPEC §12's budget bounds a turn; with a budget of 2 a mid-session denial read as size first costs
-    # 4 pages: the request, the padded experiment, the compacted retry, the one-word probe.
+def test_a_small_budget_bounds_the_block_pages_of_a_mid_session_policy_denial() -> None:
+    # SPEC §12's budget bounds a turn; with a budget of 2 a mid-session denial once cost 4 pages (read as
+    # size first: the request, the padded experiment, the compacted retry, the one-word probe).
     machine = machine_after(7, budget=2)
     machine.deny_route()
     machine.complete_turn()
     assert machine.outcomes[-1] == "PolicyBlockedError"
-    assert len(machine.gateway.pages_in(8)) <= spec_block_page_bound(machine.policy)
+    assert len(machine.gateway.pages_in(8)) <= block_page_bound(machine.policy)
+
+
+def test_a_retry_refused_past_the_budget_ends_the_turn_with_what_is_known() -> None:
+    # Found by the machine with a budget of 2: a 403 size limit and a rule on the system prompt. The
+    # block and blanks as large are refused (size); the compacted retry, under the limit, is refused for
+    # the system prompt — the budget's last page: nothing more is sent, and the notice says so.
+    machine = machine_after(1, budget=2)
+    machine.add_single_rule(trigger=SYSTEM_TRIGGER)
+    machine.limit_size(headroom=1 * KB, page="403")
+    machine.user_says(words=241, held=None)
+    machine.complete_turn()
+
+    sent = machine.gateway.in_turn(2)
+    assert machine.outcomes == ["ok", "RecoveryExhausted"]
+    assert [s.why for s in sent] == ["size", "ok", "size", "content"]
+    budget = [e.message for e in machine.events if isinstance(e, Notice) and e.code == BLOCK_BUDGET_CODE]
+    assert budget == [BLOCK_BUDGET_SIZE_NOTICE % (3, 2, format_payload_size(len(sent[-1].body)))]

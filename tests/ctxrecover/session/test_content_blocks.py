@@ -225,7 +225,8 @@ def test_a_block_no_test_reproduces_withholds_nothing_and_the_request_is_sent_ag
         -2:
     ]
     assert turn[-1] == turn[0][:1] + (True,)  # the refused request itself, sent again, passed
-    assert len(turn) == 6  # the block, the new parts withheld, two halves of them, the whole, the request
+    # the block, the one-word route probe, the new parts withheld, two halves of them, the whole, the request
+    assert len(turn) == 7 and turn[1][0] < 100
 
 
 def test_what_was_withheld_never_reaches_the_gateway_again_in_any_encoding_a_reread_is_withheld_first() -> (
@@ -443,8 +444,8 @@ def test_a_policy_block_costs_two_requests_compacts_nothing_and_the_next_turn_wo
 
 
 def test_a_policy_block_on_a_request_no_compaction_could_shrink_is_told_from_size_by_one_word() -> None:
-    # The least compaction could leave is the request itself (a verbatim task), so blanks as large are
-    # tried first; they are refused too, and so is one word alone: the route, not a size limit.
+    # The least compaction could leave is the request itself (a verbatim task); the cheapest question
+    # comes first: one word alone is refused too — the route, not a size limit, in two requests.
     gateway = Gateway(lambda body: True)
     session, events = session_for(gateway)
     session.extend([Message.system("You are helpful."), Message.user("T" * 3 * KB, preserve_verbatim=True)])
@@ -453,15 +454,15 @@ def test_a_policy_block_on_a_request_no_compaction_could_shrink_is_told_from_siz
         session.complete()
 
     sizes = [size for size, _ in gateway.in_turn(0)]
-    assert len(sizes) == 3 and sizes[1] >= sizes[0] > 3 * KB > 100 > sizes[2]
+    assert len(sizes) == 2 and sizes[0] > 3 * KB > 100 > sizes[1]
     assert str(info.value) == POLICY % ("403", format_payload_size(sizes[0]))
     assert session.learned_cap is None and session.gateway.rejections == ()
 
 
-def test_a_route_denied_mid_session_is_a_policy_block_and_undoes_the_size_reading_it_first_got() -> None:
-    # The route is closed after ten turns: the next request (the largest yet) is blocked, and so are
-    # blanks as large — a size reading; the compacted retry is blocked too, so is the retry without its
-    # new parts, and so is a one-word request: the route. No cap stays, nothing stays compacted.
+def test_a_route_denied_mid_session_is_a_policy_block_in_two_requests_and_leaves_nothing_behind() -> None:
+    # The route is closed after ten turns: the next request (the largest yet) is blocked, and so is the
+    # one-word request that comes first: the route, in two requests (SPEC §12's "at most two"). No cap,
+    # nothing compacted.
     deny = [False]
     gateway = Gateway(lambda body: deny[0])
     session, events = grown_agent(gateway)
@@ -476,12 +477,13 @@ def test_a_route_denied_mid_session_is_a_policy_block_and_undoes_the_size_readin
 
     turn = gateway.in_turn(10)
     sizes = [size for size, _ in turn]
-    assert all(not ok for _, ok in turn) and len(turn) == 5
-    assert sizes[0] == sizes[1] > sizes[2] > sizes[3] > 100 > sizes[4]  # the last one carried one word
-    assert str(info.value) == POLICY % ("403", format_payload_size(sizes[2]))
+    assert all(not ok for _, ok in turn) and len(turn) == 2
+    assert sizes[0] > 100 > sizes[1]  # the probe carried one word
+    assert str(info.value) == POLICY % ("403", format_payload_size(sizes[0]))
     assert session.learned_cap == before_cap is None and session.gateway.rejections == ()
-    # the turn's own microcompact stays (it ran before the request); the size reading's truncation is undone
+    # the turn's own microcompact stays (it ran before the request); nothing was truncated for it
     assert len(session.history) == len(history) and session.stats.withheld_chars == 0
+    assert not any(isinstance(e, PreCompact) and e.trigger == "recovery" for e in events)
     deny[0] = False
     gateway.turn = 11
     assert session.complete().content == "ok" and gateway.blocked_in(11) == 0
@@ -571,3 +573,38 @@ def test_a_providers_own_refusal_is_raised_with_its_reason_never_an_answer_never
     assert str(info.value) == REFUSED % reason and notices(events, "content_refused") == [str(info.value)]
     assert len(sent) == 1 and session.history == before
     assert not any(isinstance(e, PreCompact) for e in events)
+
+
+def test_a_size_answer_to_an_experiment_is_a_size_reading_not_an_interrupted_search() -> None:
+    # A CDN's WAF in front of an origin nginx: the CDN refuses the SQL with its page before the body
+    # reaches nginx; the blanks as large pass the CDN and nginx answers 413 — a size answer to the
+    # experiment, not a broken search. The cap is learned from it; the compacted retry, under nginx's
+    # limit, still carries the SQL: blanks that large pass, and the content is withheld.
+    class CdnBeforeNginx(Gateway):
+        limit = 10**9
+
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            body = request.content
+            if self.refuses(body):
+                self.log.append((self.turn, body, False))
+                return blocked()
+            if len(body) > self.limit:
+                self.log.append((self.turn, body, False))
+                return httpx.Response(413, text=NGINX_413, headers={"content-type": "text/html"})
+            self.log.append((self.turn, body, True))
+            return bedrock_ok()
+
+    gateway = CdnBeforeNginx(contains(SQL))
+    session, events = grown_agent(gateway, turns=3)
+    gateway.limit = session.gateway.largest_accepted + 64
+    gateway.turn = 3
+    add_result(session, "sql", "row\n" * 50 + SQL + "\n" + "row\n" * 2_000)
+
+    assert session.complete().content == "ok"
+
+    sizes = [size for size, _ in gateway.in_turn(3)]
+    assert sizes[0] > gateway.limit and sizes[1] < 100 and sizes[2] == sizes[0]  # block, probe, blanks (413)
+    assert session.learned_cap is not None and session.learned_cap >= session.gateway.largest_accepted
+    assert session.stats.withheld_chars > 0 and not any(
+        SQL.encode() in body for body in gateway.bodies_after(3)
+    )

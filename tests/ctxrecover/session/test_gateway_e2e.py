@@ -130,18 +130,22 @@ def size_gate(limit: int, answer: Callable[[httpx.Request], httpx.Response] = wa
     return Gateway(lambda request: answer(request) if len(request.content) >= limit else None)
 
 
+#: A one-word request carrying no conversation content (the route probe) is smaller than this.
+PROBE_BYTES = 200
+
+
 def assert_never_resent_a_known_failing_size(gateway: Gateway) -> None:
     """After a rejection, every body sent is smaller than the smallest rejected so far — but the one
     request that tells a WAF page's size reading from a content reading (SPEC §12): right after the
-    refusal, as large, without the new content. Refused too, it makes the size reading a fact."""
+    refusal (and the one-word route probe), blanks as large. Refused too, it makes the size reading a fact."""
     smallest: int | None = None
-    previous: tuple[int, bool] | None = None
+    refused: int | None = None  # the size of the last refusal, while only the route probe followed it
     for _, size, ok in gateway.log:
-        telling = previous is not None and not previous[1] and size == previous[0]
+        telling = refused is not None and size == refused
         assert smallest is None or size < smallest or telling, (size, smallest)
         if not ok:
             smallest = size if smallest is None else min(smallest, size)
-        previous = (size, ok)
+        refused = size if not ok else (refused if size < PROBE_BYTES else None)
 
 
 # -- 431 -------------------------------------------------------------------------------------------------

@@ -141,9 +141,9 @@ def test_a_request_that_is_all_system_prompt_fails_fast_without_spending_an_atte
     with pytest.raises(PayloadFloorError) as info:
         session.complete()
 
-    # the block; blanks as large without the conversation: refused too; one word alone passes (not
-    # the route): a size limit, and no compaction can help
-    assert len(gateway.sizes) == 3 and gateway.sizes[1] >= gateway.sizes[0] > 100 > gateway.sizes[2]
+    # the block; one word alone passes (not the route); blanks as large without the conversation:
+    # refused too — a size limit, and no compaction can help
+    assert len(gateway.sizes) == 3 and gateway.sizes[2] == gateway.sizes[0] > 100 > gateway.sizes[1]
     assert session.stats.recovery_attempts == 0
     error = info.value
     assert error.over == "smallest_request" and error.over_bytes == gateway.sizes[0] == error.rejected_bytes
@@ -199,8 +199,8 @@ def test_floor_fails_fast_naming_the_smallest_request_when_no_compaction_could_g
     with pytest.raises(PayloadFloorError) as info:
         session.complete()
 
-    # the block; blanks as large without the conversation: refused too; one word alone passes
-    assert len(gateway.sizes) == 3 and gateway.sizes[1] >= gateway.sizes[0] > 100 > gateway.sizes[2]
+    # the block; one word alone passes; blanks as large without the conversation: refused too
+    assert len(gateway.sizes) == 3 and gateway.sizes[2] == gateway.sizes[0] > 100 > gateway.sizes[1]
     assert session.stats.recovery_attempts == 0
     error = info.value
     assert error.over == "smallest_request" and error.rejected_bytes == gateway.sizes[0]

@@ -308,17 +308,18 @@ def test_replay_prints_the_turn_log_and_a_summary(capsys: pytest.CaptureFixture[
     turn = [line for line in lines if line.startswith("[turn 8 ·")]
     rejected = next(i for i, line in enumerate(turn) if line.startswith("[turn 8 · attempt 1] → "))
     assert "rejected:waf_rejection" in turn[rejected]
-    # the refusal prints first, then the experiment that reads it (the same size without the new
-    # content), then the notices that reading causes, then the retry's own lines
+    # the refusal prints first, then the experiments that read it (one word alone passes: not the
+    # route; blanks as large are refused: size), then the notices that reading causes, then the retry
     assert all(line.startswith("[turn 8 · attempt 1]") for line in turn[: rejected + 1])
-    assert turn[rejected + 1].startswith("[turn 8 · attempt 2] → ")
-    assert " · experiment:blocked · waf_rejection" in turn[rejected + 1]
-    assert turn.index(f"[turn 8 · attempt 2] {RECOVERABLE_WAF}") == rejected + 2
-    first_of_retry = next(i for i, line in enumerate(turn) if line.startswith("[turn 8 · attempt 3]"))
-    assert all(line.startswith("[turn 8 · attempt 3]") for line in turn[first_of_retry:])
-    assert turn[-1].startswith("[turn 8 · attempt 3] → ")
+    assert turn[rejected + 1] == "[turn 8 · attempt 2] → 91 B · experiment:passed"
+    assert turn[rejected + 2].startswith("[turn 8 · attempt 3] → ")
+    assert " · experiment:blocked · waf_rejection" in turn[rejected + 2]
+    assert turn.index(f"[turn 8 · attempt 3] {RECOVERABLE_WAF}") == rejected + 3
+    first_of_retry = next(i for i, line in enumerate(turn) if line.startswith("[turn 8 · attempt 4]"))
+    assert all(line.startswith("[turn 8 · attempt 4]") for line in turn[first_of_retry:])
+    assert turn[-1].startswith("[turn 8 · attempt 4] → ")
     assert " · recovered · after recovery level 1" in turn[-1]
-    assert len([line for line in turn if "] → " in line]) == 3  # each attempt's line once
+    assert len([line for line in turn if "] → " in line]) == 4  # each attempt's line once
     # one vocabulary in words: no level codes anywhere in the log
     assert not [line for line in lines if re.search(r"\bL[123]\b|@L", line)]
     assert lines[-1].startswith("corporate-128k-waf × chat-50k: recovered (expected recovered)")

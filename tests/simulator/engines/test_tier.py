@@ -116,7 +116,12 @@ def test_the_real_crs_refuses_a_coding_agents_system_prompt_and_the_session_fail
     assert (
         shape(real)
         == shape(mock)
-        == [(0, 1, "rejected:waf_rejection"), (0, 2, "experiment:passed"), (0, 3, "failed")]
+        == [
+            (0, 1, "rejected:waf_rejection"),
+            (0, 2, "experiment:passed"),  # one word alone: not the route
+            (0, 3, "experiment:passed"),  # blanks as large: not size
+            (0, 4, "failed"),  # the request without its one message, refused: the system prompt
+        ]
     )
     assert expectation_problems(real) == []
     assert real.error is not None and real.error.startswith("✖ The gateway refuses the system prompt itself")
@@ -128,9 +133,9 @@ def test_the_real_crs_refuses_a_shell_transcript_in_a_tool_result_and_the_sessio
     require_engine: object,
 ) -> None:
     # Apache + ModSecurity + OWASP CRS 3.3 at its defaults, against the mock's anomaly-scored imitation: a
-    # tool result holding `git commit -m "$(cat <<'EOF'` and `cat /etc/passwd | tail -20` is refused; blanks
-    # as large pass, the system prompt with one word passes, two halvings find it; it is withheld, every turn
-    # completes, no cap is learned (issue 22 item 9).
+    # tool result holding `git commit -m "$(cat <<'EOF'` and `cat /etc/passwd | tail -20` is refused; one
+    # word alone passes, blanks as large pass, the request without its new parts passes, two halvings find
+    # it; it is withheld, every turn completes, no cap is learned (issue 22 item 9).
     require_engine("apache-modsecurity")  # type: ignore[operator]
     mock = replay(None, "crs-agent-content-withheld")
     real = replay(None, "crs-agent-content-withheld", engines="real")
@@ -143,10 +148,12 @@ def test_the_real_crs_refuses_a_shell_transcript_in_a_tool_result_and_the_sessio
         (1, 1, "rejected:waf_rejection"),
         (1, 2, "experiment:passed"),
         (1, 3, "experiment:passed"),
-        (1, 4, "experiment:blocked"),
+        (1, 4, "experiment:passed"),
         (1, 5, "experiment:passed"),
         (1, 6, "experiment:blocked"),
-        (1, 7, "ok"),
+        (1, 7, "experiment:passed"),
+        (1, 8, "experiment:blocked"),
+        (1, 9, "ok"),
         (2, 1, "ok"),
     ]
     assert shape(real) == shape(mock)

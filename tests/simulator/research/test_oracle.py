@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.replay import replay
-from simulator.research.metrics import EXPERIMENT_BLOCKED, episodes
+from simulator.research.metrics import EXPERIMENT_BLOCKED, EXPERIMENT_PASSED, episodes
 from simulator.research.oracle import (
     ORACLE_RULES,
     Signal,
@@ -88,11 +88,12 @@ def test_only_the_first_size_reading_of_a_block_page_costs_its_size_experiment()
 
 def test_a_block_page_read_as_size_costs_the_block_and_its_refused_size_experiment() -> None:
     """The experiment the gateway refuses (``experiment:blocked``) is a rejected request of its episode,
-    the first of its page in the session; the same page later is size at once."""
+    the first of its page in the session; the one-word route probe before it passes and costs nothing;
+    the same page later is size without the blanks."""
     result = replay(None, "cloudflare-waf-403")
     (episode,) = oracle_episodes(result)
     outcomes = [r.outcome for r in result.records if r.turn == episode.turn]
-    assert outcomes == ["rejected:waf_rejection", EXPERIMENT_BLOCKED, "recovered@L1"]
+    assert outcomes == ["rejected:waf_rejection", EXPERIMENT_PASSED, EXPERIMENT_BLOCKED, "recovered@L1"]
     assert (episode.rejected, episode.oracle, episode.recovered) == (2, 2, True)
     assert episode.signals == (Signal("waf_rejection", signature=result.signatures[(episode.turn, 1)]),)
     later = replay(None, "screenshots-128k-waf")
