@@ -107,10 +107,26 @@ class _OpenAIErrors(Wire):
         )
 
 
-def _resends(messages: list[Any], previous: list[Any]) -> bool:
-    """True when ``messages`` starts with the very objects of ``previous`` (identity, not equality)."""
-    count = len(previous)
-    return 0 < count <= len(messages) and all(map(is_, messages[:count], previous))
+def _shared_prefix(messages: list[Any], previous: list[Any]) -> int:
+    """How many of the first ``messages`` are the very objects of ``previous`` (identity, not equality)."""
+    count = min(len(messages), len(previous))
+    if all(map(is_, messages[:count], previous[:count])):
+        return count
+    return next(i for i, (new, old) in enumerate(zip(messages, previous, strict=False)) if new is not old)
+
+
+def _count_content(content: object, tally: Tally) -> None:
+    """Count one chat message's content: a string, or parts (text and ``image_url``)."""
+    if isinstance(content, str):  # the common case, without building a text block
+        tally.counter.add(content)
+        return
+    for part in content_blocks(content):
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            url = part.get("image_url")
+            url = url if isinstance(url, dict) else {"url": url}
+            tally.image(image_of(url=url.get("url"), detail=url.get("detail")))
+        elif isinstance(part, dict):
+            tally.text(part.get("text"))
 
 
 class OpenAIChatWire(_OpenAIErrors):
@@ -123,10 +139,11 @@ class OpenAIChatWire(_OpenAIErrors):
         return "max_tokens", None
 
     def __init__(self) -> None:
-        # The message list last analysed in full, with the walk's state after it: (messages, (chars,
-        # excess tokens, image tokens), pending call ids, owner). A body that resends those very
-        # message objects first (the mock's PrefixDecoder reuses them) resumes the walk after them.
-        self._resume: tuple[list[Any], tuple[int, float, int], list[str], int] | None = None
+        # The messages last analysed and the walk's state after each one: (chars, excess tokens, image
+        # tokens, pending call ids, owner). A body that starts with the first k of those very message
+        # objects (the mock's PrefixDecoder reuses an unchanged prefix) resumes the walk after the k-th.
+        self._walked: list[Any] = []
+        self._states: list[tuple[int, float, int, tuple[str, ...], int]] = []
 
     def analyse(self, body: Mapping[str, Any], tally: Tally) -> None:
         if not body.get("model"):
@@ -142,10 +159,14 @@ class OpenAIChatWire(_OpenAIErrors):
         pending: list[str] = []  # call ids of the owning assistant still waiting for a tool message
         owner = -1
         start = 0
-        resume = self._resume
-        if resume is not None and isinstance(messages, list) and _resends(messages, resume[0]):
-            start, tally.counter.chars, tally.counter.excess, tally.image_tokens = len(resume[0]), *resume[1]
-            pending, owner = list(resume[2]), resume[3]
+        walked, states = self._walked, self._states
+        keep = isinstance(messages, list)
+        if keep:
+            start = _shared_prefix(messages, walked)
+            del walked[start:], states[start:]
+        if start:
+            tally.counter.chars, tally.counter.excess, tally.image_tokens, resumed, owner = states[start - 1]
+            pending = list(resumed)
         for i in range(start, len(messages)):
             message = messages[i]
             role = message.get("role")
@@ -171,20 +192,11 @@ class OpenAIChatWire(_OpenAIErrors):
                     function = call.get("function") or {}
                     tally.text(function.get("name"))
                     tally.text(function.get("arguments"))
-            content = message.get("content")
-            if isinstance(content, str):  # the common case, without building a text block
-                tally.counter.add(content)
-                continue
-            for part in content_blocks(content):
-                if isinstance(part, dict) and part.get("type") == "image_url":
-                    url = part.get("image_url")
-                    url = url if isinstance(url, dict) else {"url": url}
-                    tally.image(image_of(url=url.get("url"), detail=url.get("detail")))
-                elif isinstance(part, dict):
-                    tally.text(part.get("text"))
-        if isinstance(messages, list):
-            counted = (tally.counter.chars, tally.counter.excess, tally.image_tokens)
-            self._resume = (list(messages), counted, list(pending), owner)
+            _count_content(message.get("content"), tally)
+            if keep:
+                walked.append(message)
+                counter = tally.counter
+                states.append((counter.chars, counter.excess, tally.image_tokens, tuple(pending), owner))
         if pending:
             raise Invalid(
                 OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),
