@@ -129,6 +129,50 @@ def _count_content(content: object, tally: Tally) -> None:
             tally.text(part.get("text"))
 
 
+# The walk's state after a message: chars, excess tokens, image tokens, pending call ids, their owner.
+_WalkState = tuple[int, float, int, tuple[str, ...], int]
+
+
+def _walk(messages: Any, tally: Tally, walked: list[Any], states: list[_WalkState]) -> tuple[list[str], int]:
+    """Validate and count chat ``messages`` from ``len(walked)`` on, after the state ``states`` ends with;
+    each message walked and the state after it are appended. Returns the call ids still unanswered and the
+    position of the assistant that made them."""
+    pending: list[str] = []  # call ids of the owning assistant still waiting for a tool message
+    owner = -1
+    if states:
+        tally.counter.chars, tally.counter.excess, tally.image_tokens, resumed, owner = states[-1]
+        pending = list(resumed)
+    for i in range(len(walked), len(messages)):
+        message = messages[i]
+        role = message.get("role")
+        if role not in ("system", "developer", "user", "assistant", "tool", "function"):
+            raise Invalid(OPENAI_INVALID_ROLE % role, param=f"messages.[{i}].role", code="invalid_value")
+        if role == "tool":
+            if message.get("tool_call_id") not in pending:
+                raise Invalid(
+                    OPENAI_TOOL_WITHOUT_CALL, outcome="malformed_history", param=f"messages.[{i}].role"
+                )
+            pending.remove(message["tool_call_id"])
+        else:
+            if pending:
+                raise Invalid(
+                    OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),
+                    outcome="malformed_history",
+                    param=f"messages.[{i}].role",
+                )
+            calls = (message.get("tool_calls") or []) if role == "assistant" else []
+            pending = [str(call.get("id")) for call in calls]
+            owner = i
+            for call in calls:
+                function = call.get("function") or {}
+                tally.text(function.get("name"))
+                tally.text(function.get("arguments"))
+        _count_content(message.get("content"), tally)
+        walked.append(message)
+        states.append((tally.counter.chars, tally.counter.excess, tally.image_tokens, tuple(pending), owner))
+    return pending, owner
+
+
 class OpenAIChatWire(_OpenAIErrors):
     fmt = "openai-chat"
 
@@ -139,11 +183,11 @@ class OpenAIChatWire(_OpenAIErrors):
         return "max_tokens", None
 
     def __init__(self) -> None:
-        # The messages last analysed and the walk's state after each one: (chars, excess tokens, image
-        # tokens, pending call ids, owner). A body that starts with the first k of those very message
-        # objects (the mock's PrefixDecoder reuses an unchanged prefix) resumes the walk after the k-th.
-        self._walked: list[Any] = []
-        self._states: list[tuple[int, float, int, tuple[str, ...], int]] = []
+        # The messages last analysed and the walk's state after each one, replaced whole: the wire of a
+        # format is shared by every provider of the process, whose requests may be analysed in parallel
+        # threads. A body that starts with the first k of those very message objects (the mock's
+        # PrefixDecoder reuses an unchanged prefix) resumes the walk after the k-th.
+        self._walked: tuple[list[Any], list[_WalkState]] = ([], [])
 
     def analyse(self, body: Mapping[str, Any], tally: Tally) -> None:
         if not body.get("model"):
@@ -156,47 +200,16 @@ class OpenAIChatWire(_OpenAIErrors):
         if not messages:
             raise Invalid(OPENAI_EMPTY_ARRAY % "messages", param="messages", code="empty_array")
         tally.message_count = len(messages)
-        pending: list[str] = []  # call ids of the owning assistant still waiting for a tool message
-        owner = -1
-        start = 0
-        walked, states = self._walked, self._states
-        keep = isinstance(messages, list)
-        if keep:
-            start = _shared_prefix(messages, walked)
-            del walked[start:], states[start:]
-        if start:
-            tally.counter.chars, tally.counter.excess, tally.image_tokens, resumed, owner = states[start - 1]
-            pending = list(resumed)
-        for i in range(start, len(messages)):
-            message = messages[i]
-            role = message.get("role")
-            if role not in ("system", "developer", "user", "assistant", "tool", "function"):
-                raise Invalid(OPENAI_INVALID_ROLE % role, param=f"messages.[{i}].role", code="invalid_value")
-            if role == "tool":
-                if message.get("tool_call_id") not in pending:
-                    raise Invalid(
-                        OPENAI_TOOL_WITHOUT_CALL, outcome="malformed_history", param=f"messages.[{i}].role"
-                    )
-                pending.remove(message["tool_call_id"])
-            else:
-                if pending:
-                    raise Invalid(
-                        OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),
-                        outcome="malformed_history",
-                        param=f"messages.[{i}].role",
-                    )
-                calls = (message.get("tool_calls") or []) if role == "assistant" else []
-                pending = [str(call.get("id")) for call in calls]
-                owner = i
-                for call in calls:
-                    function = call.get("function") or {}
-                    tally.text(function.get("name"))
-                    tally.text(function.get("arguments"))
-            _count_content(message.get("content"), tally)
-            if keep:
-                walked.append(message)
-                counter = tally.counter
-                states.append((counter.chars, counter.excess, tally.image_tokens, tuple(pending), owner))
+        if isinstance(messages, list):
+            last, states = self._walked
+            start = _shared_prefix(messages, last)
+            walked, states = last[:start], states[:start]
+            try:
+                pending, owner = _walk(messages, tally, walked, states)
+            finally:  # a walk that stopped at an invalid message is kept up to it
+                self._walked = (walked, states)
+        else:
+            pending, owner = _walk(messages, tally, [], [])
         if pending:
             raise Invalid(
                 OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),
