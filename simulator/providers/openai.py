@@ -107,10 +107,70 @@ class _OpenAIErrors(Wire):
         )
 
 
-def _resends(messages: list[Any], previous: list[Any]) -> bool:
-    """True when ``messages`` starts with the very objects of ``previous`` (identity, not equality)."""
-    count = len(previous)
-    return 0 < count <= len(messages) and all(map(is_, messages[:count], previous))
+def _shared_prefix(messages: list[Any], previous: list[Any]) -> int:
+    """How many of the first ``messages`` are the very objects of ``previous`` (identity, not equality)."""
+    count = min(len(messages), len(previous))
+    if all(map(is_, messages[:count], previous[:count])):
+        return count
+    return next(i for i, (new, old) in enumerate(zip(messages, previous, strict=False)) if new is not old)
+
+
+def _count_content(content: object, tally: Tally) -> None:
+    """Count one chat message's content: a string, or parts (text and ``image_url``)."""
+    if isinstance(content, str):  # the common case, without building a text block
+        tally.counter.add(content)
+        return
+    for part in content_blocks(content):
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            url = part.get("image_url")
+            url = url if isinstance(url, dict) else {"url": url}
+            tally.image(image_of(url=url.get("url"), detail=url.get("detail")))
+        elif isinstance(part, dict):
+            tally.text(part.get("text"))
+
+
+# The walk's state after a message: chars, excess tokens, image tokens, pending call ids, their owner.
+_WalkState = tuple[int, float, int, tuple[str, ...], int]
+
+
+def _walk(messages: Any, tally: Tally, walked: list[Any], states: list[_WalkState]) -> tuple[list[str], int]:
+    """Validate and count chat ``messages`` from ``len(walked)`` on, after the state ``states`` ends with;
+    each message walked and the state after it are appended. Returns the call ids still unanswered and the
+    position of the assistant that made them."""
+    pending: list[str] = []  # call ids of the owning assistant still waiting for a tool message
+    owner = -1
+    if states:
+        tally.counter.chars, tally.counter.excess, tally.image_tokens, resumed, owner = states[-1]
+        pending = list(resumed)
+    for i in range(len(walked), len(messages)):
+        message = messages[i]
+        role = message.get("role")
+        if role not in ("system", "developer", "user", "assistant", "tool", "function"):
+            raise Invalid(OPENAI_INVALID_ROLE % role, param=f"messages.[{i}].role", code="invalid_value")
+        if role == "tool":
+            if message.get("tool_call_id") not in pending:
+                raise Invalid(
+                    OPENAI_TOOL_WITHOUT_CALL, outcome="malformed_history", param=f"messages.[{i}].role"
+                )
+            pending.remove(message["tool_call_id"])
+        else:
+            if pending:
+                raise Invalid(
+                    OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),
+                    outcome="malformed_history",
+                    param=f"messages.[{i}].role",
+                )
+            calls = (message.get("tool_calls") or []) if role == "assistant" else []
+            pending = [str(call.get("id")) for call in calls]
+            owner = i
+            for call in calls:
+                function = call.get("function") or {}
+                tally.text(function.get("name"))
+                tally.text(function.get("arguments"))
+        _count_content(message.get("content"), tally)
+        walked.append(message)
+        states.append((tally.counter.chars, tally.counter.excess, tally.image_tokens, tuple(pending), owner))
+    return pending, owner
 
 
 class OpenAIChatWire(_OpenAIErrors):
@@ -123,10 +183,11 @@ class OpenAIChatWire(_OpenAIErrors):
         return "max_tokens", None
 
     def __init__(self) -> None:
-        # The message list last analysed in full, with the walk's state after it: (messages, (chars,
-        # excess tokens, image tokens), pending call ids, owner). A body that resends those very
-        # message objects first (the mock's PrefixDecoder reuses them) resumes the walk after them.
-        self._resume: tuple[list[Any], tuple[int, float, int], list[str], int] | None = None
+        # The messages last analysed and the walk's state after each one, replaced whole: the wire of a
+        # format is shared by every provider of the process, whose requests may be analysed in parallel
+        # threads. A body that starts with the first k of those very message objects (the mock's
+        # PrefixDecoder reuses an unchanged prefix) resumes the walk after the k-th.
+        self._walked: tuple[list[Any], list[_WalkState]] = ([], [])
 
     def analyse(self, body: Mapping[str, Any], tally: Tally) -> None:
         if not body.get("model"):
@@ -139,52 +200,16 @@ class OpenAIChatWire(_OpenAIErrors):
         if not messages:
             raise Invalid(OPENAI_EMPTY_ARRAY % "messages", param="messages", code="empty_array")
         tally.message_count = len(messages)
-        pending: list[str] = []  # call ids of the owning assistant still waiting for a tool message
-        owner = -1
-        start = 0
-        resume = self._resume
-        if resume is not None and isinstance(messages, list) and _resends(messages, resume[0]):
-            start, tally.counter.chars, tally.counter.excess, tally.image_tokens = len(resume[0]), *resume[1]
-            pending, owner = list(resume[2]), resume[3]
-        for i in range(start, len(messages)):
-            message = messages[i]
-            role = message.get("role")
-            if role not in ("system", "developer", "user", "assistant", "tool", "function"):
-                raise Invalid(OPENAI_INVALID_ROLE % role, param=f"messages.[{i}].role", code="invalid_value")
-            if role == "tool":
-                if message.get("tool_call_id") not in pending:
-                    raise Invalid(
-                        OPENAI_TOOL_WITHOUT_CALL, outcome="malformed_history", param=f"messages.[{i}].role"
-                    )
-                pending.remove(message["tool_call_id"])
-            else:
-                if pending:
-                    raise Invalid(
-                        OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),
-                        outcome="malformed_history",
-                        param=f"messages.[{i}].role",
-                    )
-                calls = (message.get("tool_calls") or []) if role == "assistant" else []
-                pending = [str(call.get("id")) for call in calls]
-                owner = i
-                for call in calls:
-                    function = call.get("function") or {}
-                    tally.text(function.get("name"))
-                    tally.text(function.get("arguments"))
-            content = message.get("content")
-            if isinstance(content, str):  # the common case, without building a text block
-                tally.counter.add(content)
-                continue
-            for part in content_blocks(content):
-                if isinstance(part, dict) and part.get("type") == "image_url":
-                    url = part.get("image_url")
-                    url = url if isinstance(url, dict) else {"url": url}
-                    tally.image(image_of(url=url.get("url"), detail=url.get("detail")))
-                elif isinstance(part, dict):
-                    tally.text(part.get("text"))
         if isinstance(messages, list):
-            counted = (tally.counter.chars, tally.counter.excess, tally.image_tokens)
-            self._resume = (list(messages), counted, list(pending), owner)
+            last, states = self._walked
+            start = _shared_prefix(messages, last)
+            walked, states = last[:start], states[:start]
+            try:
+                pending, owner = _walk(messages, tally, walked, states)
+            finally:  # a walk that stopped at an invalid message is kept up to it
+                self._walked = (walked, states)
+        else:
+            pending, owner = _walk(messages, tally, [], [])
         if pending:
             raise Invalid(
                 OPENAI_MISSING_TOOL_RESPONSES % ", ".join(pending),

@@ -54,8 +54,7 @@ UTF8_WIDTH_TOKENS: dict[int, float] = {2: 0.5, 3: 1.0, 4: 2.0}
 # some punctuation or capitals are the English rate's own noise).
 DENSE_MIN_CHARS = 64
 DENSE_MARGIN = 1.25
-CACHE_MIN_CHARS = 512  # longer texts are remembered (a history resends them on every request)
-CACHE_ENTRIES = 8192
+CACHE_ENTRIES = 8192  # texts whose excess is remembered, the oldest forgotten first
 
 _CLASS_OF = {
     **dict.fromkeys(string.ascii_lowercase, "l"),
@@ -109,11 +108,10 @@ class TokenCounter:
 
     def excess_of(self, text: str) -> float:
         """The tokens ``text`` costs beyond ``len / chars_per_token``: 0 unless it is unmistakably dense
-        (:data:`DENSE_MIN_CHARS`, :data:`DENSE_MARGIN`); remembered for long texts."""
+        (:data:`DENSE_MIN_CHARS`, :data:`DENSE_MARGIN`); remembered however short (a history resends its
+        texts, decoded anew after an earlier message changed)."""
         if len(text) < DENSE_MIN_CHARS:
             return 0.0
-        if len(text) < CACHE_MIN_CHARS:
-            return self._excess(text)
         key = (text, self.chars_per_token)
         cache = TokenCounter._cache
         found = cache.get(key)

@@ -194,3 +194,73 @@ def test_openai_chat_analysis_resumes_after_the_very_messages_it_saw_last() -> N
         OpenAIChatWire(), {"model": "m", "messages": json.loads(json.dumps(answered))}
     )
     assert _CountingDict.reads == 0
+
+
+_DENSE = "QmFzZTY0IGRhdGEg" * 8  # 128 chars a tokenizer counts densely: its excess is remembered
+_CHAT_MESSAGES = st.sampled_from(
+    [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "read both files, then " + "explain " * 10},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": _DENSE}, {"type": "image_url", "image_url": "x"}],
+        },
+        {"role": "assistant", "content": _DENSE},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "function": {"name": "r"}}]},
+        {
+            "role": "assistant",
+            "content": "two",
+            "tool_calls": [{"id": "b", "function": {"name": "r", "arguments": "{}"}}, {"id": "c"}],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "data " * 40},
+        {"role": "tool", "tool_call_id": "b", "content": _DENSE},
+        {"role": "tool", "tool_call_id": "c", "content": "ok"},
+        {"role": "robot", "content": "?"},
+    ]
+)
+_EDITS = st.one_of(
+    st.tuples(st.just("append"), st.lists(_CHAT_MESSAGES, min_size=1, max_size=4)),
+    st.tuples(st.just("replace"), st.integers(0, 30), _CHAT_MESSAGES),
+    st.tuples(st.just("cut"), st.integers(0, 30)),
+    st.tuples(st.just("copy")),
+)
+
+
+def _analysed(wire: object, messages: list[object]) -> tuple[object, ...]:
+    """What the analysis of a chat body made of it: its tallies, or the error the API would answer."""
+    from simulator.providers.wire import Invalid, Tally
+
+    tally = Tally()
+    try:
+        wire.analyse({"model": "m", "messages": messages}, tally)  # type: ignore[attr-defined]
+    except Invalid as invalid:
+        return ("invalid", invalid.message, invalid.param, invalid.outcome, invalid.code)
+    return (tally.message_count, tally.counter.chars, tally.counter.excess, tally.image_tokens, tally.tokens)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_CHAT_MESSAGES, min_size=1, max_size=12), st.lists(_EDITS, min_size=1, max_size=8))
+def test_openai_chat_analysis_resumed_after_a_shared_prefix_equals_a_fresh_one(
+    start: list[dict[str, object]], edits: list[tuple[object, ...]]
+) -> None:
+    """Bodies that keep the very message objects of the last one up to some position (the PrefixDecoder's
+    reuse: an appended tail, one message rewritten in the middle, a cut, nothing kept) are analysed from
+    that position on, to the same tallies — chars, dense-text excess, images, tokens — and the same errors
+    as a fresh analysis of an equal body."""
+    from simulator.providers.openai import OpenAIChatWire
+
+    wire = OpenAIChatWire()
+    messages: list[object] = [dict(m) for m in start]
+    for edit in [("copy",), *edits]:
+        if edit[0] == "append":
+            messages = [*messages, *(dict(m) for m in edit[1])]  # type: ignore[attr-defined]
+        elif edit[0] == "replace" and messages:
+            at = int(edit[1]) % len(messages)  # type: ignore[call-overload]
+            messages = [*messages[:at], dict(edit[2]), *messages[at + 1 :]]  # type: ignore[call-overload]
+        elif edit[0] == "cut":
+            messages = messages[: int(edit[1])]  # type: ignore[call-overload]
+        elif edit[0] == "copy":
+            messages = json.loads(json.dumps(messages))
+        if messages:
+            fresh = OpenAIChatWire()
+            assert _analysed(wire, messages) == _analysed(fresh, json.loads(json.dumps(messages)))
