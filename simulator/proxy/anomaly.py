@@ -89,7 +89,7 @@ def _css_decode(value: str) -> str:
 
 def _cmd_line(value: str) -> str:
     value = re.sub(r"[\\\"'^]", "", value)
-    value = re.sub(r"\s+(?=[/(])", "", value)
+    value = re.sub(r"(?<!\s)\s+(?=[/(])", "", value)  # from a run's start: linear on long blank runs
     value = re.sub(r"[,;]", " ", value)
     return re.sub(r"\s+", " ", value).lower()
 
@@ -183,7 +183,26 @@ class _Compiled:
                 seen.append(TRANSFORMATIONS[step](seen[-1]))
             stages[key] = tuple(seen)
         values = stages[key] if self.rule.multi_match else stages[key][-1:]
+        if self.rule.operator == "rx":
+            values = tuple(_short_blanks(v, stages) for v in values)
         return any(self.operator(v) != self.rule.negated for v in values)
+
+
+#: Python's ``re`` has no PCRE match limit: some CRS expressions take quadratic time on a long run of
+#: blanks (an experiment's padding). Runs longer than this are shortened for the ``rx`` operator only —
+#: no CRS expression needs more blanks in a row to match; lengths and counts see the real value.
+BLANK_RUN_LIMIT = 256
+_LONG_BLANKS = re.compile(rf"\s{{{BLANK_RUN_LIMIT + 1},}}")
+
+
+def _short_blanks(value: str, stages: Stages) -> str:
+    """``value`` with each run of blanks over :data:`BLANK_RUN_LIMIT` cut to that many (cached)."""
+    if len(value) <= BLANK_RUN_LIMIT:
+        return value
+    key = (value, ("short_blanks",))
+    if key not in stages:
+        stages[key] = (_LONG_BLANKS.sub(lambda m: m.group(0)[:BLANK_RUN_LIMIT], value),)
+    return stages[key][0]
 
 
 def _operator(rule: Rule, tx: Mapping[str, str]) -> Callable[[str], bool] | None:

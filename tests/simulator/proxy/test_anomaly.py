@@ -141,3 +141,28 @@ def test_the_bundled_rule_set_is_what_the_installed_crs_reads_as() -> None:
     rules, tx, source = rule_set("crs-3.3")
     assert len(rules) == len(bundled["rules"]) and tx["allowed_methods"] == "GET HEAD POST OPTIONS"
     assert "OWASP ModSecurity Core Rule Set 3.3.4" in source
+
+
+@pytest.mark.parametrize(
+    "trigger", ["cat /etc/passwd", "<script>alert(1)</script>", "1' UNION SELECT password FROM users --"]
+)
+def test_long_runs_of_blanks_score_as_the_text_around_them(trigger: str) -> None:
+    # An experiment pads with blanks (SPEC §12). Python's re has no PCRE match limit, so the mock cuts
+    # long blank runs for its regular expressions: what is around them still scores the same, blanks
+    # alone score nothing, and the cut is bounded (the scorer returns on 200 KB of blanks).
+    scorer = AnomalyScorer.bundled(paranoia=1, threshold=5)
+    padding = " " * 200_000
+    alone = scorer.score(chat(trigger))
+    padded = scorer.score(chat(padding + trigger + padding))
+    assert alone.blocked and padded.blocked and set(padded.rules) == set(alone.rules)
+    assert not scorer.score(chat("Hi" + padding)).matches
+
+
+def test_the_command_line_transformation_keeps_its_meaning_on_long_blank_runs() -> None:
+    # t:cmdLine drops blanks before "/" and "(" (found linear from a run's start, not at every offset)
+    from simulator.proxy.anomaly import TRANSFORMATIONS
+
+    cmd_line = TRANSFORMATIONS["cmdline"]
+    assert cmd_line("cat   /etc/passwd") == "cat/etc/passwd"
+    assert cmd_line("echo  (x)  y") == "echo(x) y"
+    assert cmd_line("a" + " " * 50_000 + "b") == "a b"
