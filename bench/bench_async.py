@@ -7,7 +7,7 @@ process of its own. In a fresh process, ``SESSIONS`` concurrent
 :class:`~ctxrecover.transport.AsyncHttpxSender`, each on its own ``httpx.AsyncClient`` (as the
 sender builds by default: httpcore scans every connection of a pool at each request, so one pool
 shared by hundreds of connections would measure httpcore): the model asks for a file (a tool
-call), the agent adds it (a ~2.9 KB tool result, under the microcompact minimum, so the history
+call), the agent adds it (a 2,900-char tool result, under the microcompact minimum, so the history
 grows) and completes the next turn. Each history crosses 128 KB on the way, so every session meets
 the WAF, reads its page as size (the size experiment is refused too), learns the cap and compacts,
 archiving what it cuts. Every body it posts is spooled to a file. Then, in another fresh process,
@@ -125,8 +125,12 @@ def gateway(max_connections: int, scenario: str = SCENARIO) -> Iterator[str]:
     process = SPAWN.Process(target=_serve, args=(scenario, max_connections, theirs), daemon=True)
     process.start()
     try:
-        if not ours.poll(START_TIMEOUT_S):
-            raise RuntimeError(f"the gateway process did not start within {START_TIMEOUT_S:g} s")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not ours.poll(0.1):
+            if not process.is_alive():
+                raise RuntimeError(f"the gateway process exited ({process.exitcode}) before it was ready")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the gateway process did not start within {START_TIMEOUT_S:g} s")
         yield ours.recv()
     finally:
         if process.is_alive():

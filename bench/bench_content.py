@@ -19,9 +19,9 @@ was settled as content) it reports blocked requests ÷ (1 + ⌈log2 n⌉): the m
 all episodes (target: ≤ 1 for each), the episodes over it, and the chars lost (the exact loss
 ledger: 0). Each episode also counts its **culprits** — the parts kept out in its turn (withheld by
 the session, or set aside by the replay once the session's blocked-request budget was spent): the
-bound is for one culprit, and a second one is only met once the first is out. Episodes where a content block met another limit on the way (a 413 first, say) are
-counted apart. Run it with ``python bench/bench_content.py`` (``--quick``: the fast cases only);
-``run()`` returns the measures.
+bound is for one culprit, and a second one is only met once the first is out. Episodes where a
+content block met another limit on the way (a 413 first, say) are counted apart. Run it with
+``python bench/bench_content.py`` (``--quick``: the fast cases only); ``run()`` returns the measures.
 """
 
 from __future__ import annotations

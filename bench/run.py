@@ -474,14 +474,24 @@ def _p8(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     ]
 
 
+def _alike_episodes(episodes: list[dict[str, Any]]) -> list[str]:
+    """P9's episodes as text, those of one replay with the same counts on one line (turns listed)."""
+    alike: dict[tuple[Any, ...], list[int]] = {}
+    for e in episodes:
+        n = "+".join(map(str, e["candidates"]))
+        key = (e["scenario"], e["transcript"], e["blocked"], e["oracle"], n, e["culprits"])
+        alike.setdefault(key, []).append(e["turn"])
+    lines = []
+    for (scenario, transcript, blocked, oracle, n, culprits), turns in alike.items():
+        at = f"turn {turns[0]}" if len(turns) == 1 else f"{len(turns)} turns ({', '.join(map(str, turns))})"
+        lines.append(f"{scenario} × {transcript} {at}: {blocked} vs {oracle} (n {n}, {culprits} culprits)")
+    return lines
+
+
 def _p9(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     raw = bench_content.run(transcripts=bench_content.QUICK_TRANSCRIPTS if quick else None)
     episodes = raw["episodes"]
-    over = "; ".join(
-        f"{e['scenario']} × {e['transcript']} turn {e['turn']}: {e['blocked']} vs {e['oracle']} "
-        f"(n {'+'.join(map(str, e['candidates']))}, {e['culprits']} culprits)"
-        for e in raw["over"]
-    )
+    over = "; ".join(_alike_episodes(raw["over"]))
     single = [e["ratio"] for e in episodes if e["culprits"] <= 1]
     detail = (
         f"{len(episodes)} content episodes over {len(raw['runs'])} replays ({', '.join(raw['scenarios'])} × "
