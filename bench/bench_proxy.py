@@ -1,6 +1,7 @@
-"""P9 — ``ctxsim proxy`` under load: throughput against direct access, memory, slow clients.
+"""Proxy — ``ctxsim proxy`` under load: throughput against direct access, memory, slow clients.
 
-Every measure runs the real command (``python -m simulator proxy``) in its own process:
+Standalone (not in ``bench/run.py``): every measure runs the real command (``python -m simulator
+proxy``) in its own process:
 
 - **throughput**: N keep-alive clients POST a 4 KB JSON body in a loop to a local upstream
   (a minimal asyncio HTTP server in another process) that answers 2 KB of JSON after a think
@@ -352,7 +353,7 @@ def measure_slow_clients(
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    """Every P9 measure (``quick``: shorter, smaller)."""
+    """Every proxy measure (``quick``: shorter, smaller)."""
     seconds, rounds = (2.0, 1) if quick else (SECONDS, ROUNDS)
     throughput = [
         measure_throughput(n, delay=delay, seconds=seconds, rounds=rounds)
@@ -367,7 +368,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     ]
     ratio = throughput[0]["ratio"]
     return {
-        "benchmark": "P9 ctxsim proxy throughput, memory and slow clients",
+        "benchmark": "Proxy: ctxsim proxy throughput, memory and slow clients",
         "throughput": throughput,
         "memory": memory,
         "slow_clients": slow,
@@ -386,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_upstream_server(args.upstream_server))
         return 0
     result = run(quick=args.quick)
-    print(f"P9 — ctxsim proxy vs direct, local upstream ({REQUEST_BYTES // 1024} KB requests)")
+    print(f"Proxy — ctxsim proxy vs direct, local upstream ({REQUEST_BYTES // 1024} KB requests)")
     for t in result["throughput"]:
         print(
             f"  think {t['upstream_delay_s'] * 1000:>4g} ms, {t['clients']:>4} clients: direct "

@@ -2,14 +2,14 @@
 
 ::
 
-    python bench/run.py                  # all benchmarks, full size (~2 min)
+    python bench/run.py                  # all benchmarks, full size (several minutes)
     python bench/run.py --quick          # smaller sizes and fewer repeats; prints, writes nothing
     python bench/run.py --only P3,P5     # a subset; prints, writes nothing
     python bench/run.py --profile DIR    # also a pyinstrument profile of each benchmark in DIR
 
 Every measure is a ratio of two things timed (or counted) in the same run, so
 results from different machines compare. ``bench/results.json`` holds one key per
-measure (``"P1.turn_cost"``, ``"P3.session"``, ``"P7.ratio"``, …) plus ``targets``, ``status``,
+measure (``"P1.turn_cost"``, ``"P3.session"``, ``"P8.ratio"``, …) plus ``targets``, ``status``,
 ``machine`` (platform, CPUs, load average before and after) and ``date``;
 BENCHMARKS.md's table between :data:`START_MARKER` and :data:`END_MARKER` is
 rewritten, the prose around it kept. Exits 0 once the results are written (missed
@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import bench_async
 import bench_compaction
+import bench_content
 import bench_long_replay
 import bench_peers
 import bench_recovery
@@ -44,12 +46,13 @@ RESULTS_JSON = BENCH_DIR / "results.json"
 BENCHMARKS_MD = BENCH_DIR.parent / "BENCHMARKS.md"
 START_MARKER = "<!-- results:start -->"
 END_MARKER = "<!-- results:end -->"
-BENCHMARK_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
+BENCHMARK_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9")
 QUICK_P2_SCALES_MB = (1, 2, 4)
 QUICK_REPEATS = 3
 QUICK_TURNS = 15
 QUICK_P3_MESSAGES = 500
 QUICK_P3_BYTES = 1_250_000
+QUICK_P8_SESSIONS = 32
 PACKAGES = ("httpx", "langchain-core", "pyinstrument")
 MIB = 1024 * 1024
 
@@ -396,6 +399,123 @@ def _p7(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     return raw, [Measure("P7.ratio", label, raw["ratio"], "≤ 1.5", raw["passed"], detail)]
 
 
+def _p8(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
+    raw = bench_async.run(sessions=QUICK_P8_SESSIONS, rounds=1) if quick else bench_async.run()
+    ours, theirs = raw["sessions_runs"], raw["raw_runs"]
+    n, turns = raw["sessions"], raw["turns"]
+    fastest, baseline = min(ours, key=lambda r: r["wall_s"]), min(theirs, key=lambda r: r["wall_s"])
+    requests = fastest["requests"]
+    cpu = f"{fastest['cpu_s'] / requests * 1e3:.2f} vs {baseline['cpu_s'] / requests * 1e3:.2f} ms"
+    ratio_detail = (
+        f"{fastest['wall_s']:.1f} s vs {baseline['wall_s']:.1f} s for {requests:,} requests "
+        f"({fastest['body_bytes'] / 1e6:.0f} MB, {fastest['rejected']} WAF pages, {fastest['compactions']} "
+        f"compactions, {fastest['caps_learned']} caps learned); client CPU per request {cpu} (spooling "
+        f"the bodies for the baseline {fastest['spool_s']:.1f} s of the sessions'); fastest of "
+        f"{raw['rounds']} alternated rounds, each arm in a fresh process; "
+        f"same exchanges: {raw['same_exchanges']}"
+    )
+    worst = max(ours, key=lambda r: r["loop_lag"]["max_ms"])
+    lag, steps, gcs = worst["loop_lag"], worst["steps"], worst["gc"]
+    raw_lag = max(theirs, key=lambda r: r["loop_lag"]["max_ms"])
+    lag_detail = (
+        f"p99 {lag['p99_ms']:.1f} ms, median {lag['median_ms']:.1f} ms, {lag['over_threshold']} of "
+        f"{lag['wakeups']} wake-ups over 20 ms; longest session stretch {steps['longest_ms']:.1f} ms, "
+        f"{steps['longest_without_gc_ms']:.1f} ms without GC pauses, {worst['alone_longest_ms']:.1f} ms "
+        f"for one session alone; {gcs['full_collections']} full GC collections up to "
+        f"{gcs['longest_full_ms']:.0f} ms ({gcs['total_ms'] / 1e3:.1f} s of GC in all; a full collection "
+        f"at rest {worst['full_gc_ms']['before']:.0f} ms before the sessions, "
+        f"{worst['full_gc_ms']['after']:.0f} ms with them alive); "
+        f"raw httpx: max {raw_lag['loop_lag']['max_ms']:.1f} ms, p99 {raw_lag['loop_lag']['p99_ms']:.1f} ms, "
+        f"longest full GC {raw_lag['gc']['longest_full_ms']:.0f} ms"
+    )
+    rss_detail = (
+        f"peak RSS {worst['peak_rss_mb']:.0f} MB vs {worst['rss_before_mb']:.0f} MB before the sessions "
+        f"(tool results pre-generated); {worst['gc_tracked_objects'] / n:.0f} GC-tracked objects per session"
+    )
+    lost_detail = (
+        f"{raw['completed_sessions']} of {n * raw['rounds']} sessions completed their {turns} turns, "
+        f"{raw['chars_lost']} chars lost (exact loss ledger over history + archive), "
+        f"{len(raw['failures'])} failures"
+    )
+    label = f"P8 {n} AsyncSessions × {turns} turns through one loopback gateway (128 KB WAF)"
+    return raw, [
+        Measure(
+            "P8.ratio",
+            f"{label} ÷ raw httpx.AsyncClient posting the same bodies, wall time",
+            raw["ratio"],
+            "≤ 1.3",
+            raw["passed"]["ratio"],
+            ratio_detail,
+        ),
+        Measure(
+            "P8.loop_lag_ms",
+            f"{label}: the event loop's longest wake-up delay (a 5 ms sleep probe), ms",
+            raw["loop_lag_max_ms"],
+            "≤ 20",
+            raw["passed"]["loop_lag"],
+            lag_detail,
+        ),
+        Measure(
+            "P8.rss_per_session_mb",
+            f"{label}: peak RSS per session, MB",
+            raw["rss_per_session_mb"],
+            "—",
+            None,
+            rss_detail,
+        ),
+        Measure(
+            "P8.chars_lost",
+            f"{label}: chars lost, every session completing its turns",
+            float(raw["chars_lost"]),
+            "0",
+            raw["passed"]["nothing_lost"],
+            lost_detail,
+        ),
+    ]
+
+
+def _alike_episodes(episodes: list[dict[str, Any]]) -> list[str]:
+    """P9's episodes as text, those of one replay with the same counts on one line (turns listed)."""
+    alike: dict[tuple[Any, ...], list[int]] = {}
+    for e in episodes:
+        n = "+".join(map(str, e["candidates"]))
+        key = (e["scenario"], e["transcript"], e["blocked"], e["oracle"], n, e["culprits"])
+        alike.setdefault(key, []).append(e["turn"])
+    lines = []
+    for (scenario, transcript, blocked, oracle, n, culprits), turns in alike.items():
+        at = f"turn {turns[0]}" if len(turns) == 1 else f"{len(turns)} turns ({', '.join(map(str, turns))})"
+        lines.append(f"{scenario} × {transcript} {at}: {blocked} vs {oracle} (n {n}, {culprits} culprits)")
+    return lines
+
+
+def _p9(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
+    raw = bench_content.run(transcripts=bench_content.QUICK_TRANSCRIPTS if quick else None)
+    episodes = raw["episodes"]
+    over = "; ".join(_alike_episodes(raw["over"]))
+    single = [e["ratio"] for e in episodes if e["culprits"] <= 1]
+    detail = (
+        f"{len(episodes)} content episodes over {len(raw['runs'])} replays ({', '.join(raw['scenarios'])} × "
+        f"own workload + {len(raw['transcripts'])} format fixtures): {raw['blocked']} blocked vs "
+        f"{raw['oracle']}; one-culprit episodes at most {max(single, default=0.0):.2f}; "
+        f"over 1: {over or 'none'}; "
+        f"{len(raw['mixed_episodes'])} episodes with another limit left out; {raw['chars_lost']} chars lost"
+    )
+    label = "P9 blocked requests per content episode ÷ (1 + ⌈log2 n⌉), anomaly-scored WAF"
+    return raw, [
+        Measure(
+            "P9.per_episode_max", f"{label}: the worst episode", raw["max"], "≤ 1", raw["passed"], detail
+        ),
+        Measure(
+            "P9.per_episode_mean",
+            f"{label}: the mean",
+            raw["mean"],
+            "≤ 1",
+            None if raw["mean"] is None else raw["mean"] <= bench_content.TARGET_RATIO,
+            f"over the same {len(episodes)} episodes",
+        ),
+    ]
+
+
 BENCHMARKS: dict[str, Callable[[bool], tuple[dict[str, Any], list[Measure]]]] = {
     "P1": _p1,
     "P2": _p2,
@@ -403,6 +523,8 @@ BENCHMARKS: dict[str, Callable[[bool], tuple[dict[str, Any], list[Measure]]]] = 
     "P4": _p4,
     "P5": _recovery,
     "P7": _p7,
+    "P8": _p8,
+    "P9": _p9,
 }
 RUN_OF = {"P6": "P5"}  # P5 and P6 come from the same replays
 
@@ -433,6 +555,8 @@ def _value_text(measure: Measure) -> str:
     if measure.value is None:
         return "—"
     value = measure.value
+    if value == 0:
+        return "0"
     return f"{value:.5f}" if value < 0.01 else f"{value:.2f}"
 
 
@@ -492,7 +616,7 @@ def _run_one(name: str, quick: bool, profile_dir: Path | None) -> tuple[dict[str
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats; writes nothing")
-    parser.add_argument("--only", help="comma-separated ids (P1..P7); writes nothing")
+    parser.add_argument("--only", help="comma-separated ids (P1..P9); writes nothing")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="write a pyinstrument profile of each benchmark to DIR"

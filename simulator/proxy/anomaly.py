@@ -89,7 +89,8 @@ def _css_decode(value: str) -> str:
 
 def _cmd_line(value: str) -> str:
     value = re.sub(r"[\\\"'^]", "", value)
-    value = re.sub(r"(?<!\s)\s+(?=[/(])", "", value)  # from a run's start: linear on long blank runs
+    # a run of blanks before "/" or "(" goes; tried at the run's start only (linear on long blank runs)
+    value = re.sub(r"(?<!\s)\s+(?=[/(])", "", value)
     value = re.sub(r"[,;]", " ", value)
     return re.sub(r"\s+", " ", value).lower()
 

@@ -167,12 +167,58 @@ def test_long_replay_bench_times_early_and_late_turns_of_a_compacting_replay(ben
     assert _finite(result["early_ms"]) and _finite(result["late_ms"]) and _finite(result["ratio"])
 
 
+@pytest.mark.slow
+def test_async_bench_runs_sessions_and_the_raw_baseline_on_the_same_bodies(
+    bench: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = bench("run")
+    monkeypatch.setattr(runner, "QUICK_P8_SESSIONS", 3)
+    raw, measures = runner._p8(quick=True)
+    assert [m.key for m in measures] == [
+        "P8.ratio",
+        "P8.loop_lag_ms",
+        "P8.rss_per_session_mb",
+        "P8.chars_lost",
+    ]
+    assert raw["sessions"] == 3 and raw["turns"] == 40 and raw["rounds"] == 1
+    # every session finished its turns with nothing lost, and met the WAF: the block and the size
+    # experiment refused, a cap learned, a compaction
+    assert raw["completed_sessions"] == 3 and raw["chars_lost"] == 0 and raw["nothing_lost"] is True
+    (ours,), (theirs,) = raw["sessions_runs"], raw["raw_runs"]
+    assert ours["caps_learned"] == 3 and ours["rejected"] >= 6 and ours["compactions"] >= 3
+    assert ours["largest_body"] >= 128_000 > ours["body_bytes"] / ours["requests"]
+    # the baseline posted the very same bodies and met the same pages
+    assert raw["same_exchanges"] is True
+    assert sum(theirs["statuses"].values()) == ours["requests"] == 3 * 40 + ours["rejected"]
+    for run in (ours, theirs):
+        assert _finite(run["wall_s"]) and run["loop_lag"]["wakeups"] > 0 and run["steps"]["stretches"] > 0
+    assert _finite(raw["ratio"]) and raw["loop_lag_max_ms"] >= 0 and raw["rss_per_session_mb"] >= 0
+    assert ours["gc_tracked_objects"] > 0 and ours["alone_longest_ms"] > 0
+
+
+def test_content_bench_divides_each_content_episode_s_blocked_requests_by_its_oracle(
+    bench: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, content = bench("run"), bench("bench_content")
+    assert content.anomaly_scenarios() == ["crs-agent-content-withheld", "crs-system-prompt-blocked"]
+    monkeypatch.setattr(content, "QUICK_TRANSCRIPTS", ())  # each scenario's own workload only
+    raw, measures = runner._p9(quick=True)
+    assert [m.key for m in measures] == ["P9.per_episode_max", "P9.per_episode_mean"]
+    # crs-agent-content-withheld: one tool result among 4 new parts, found in 1 + ⌈log2 4⌉ = 3 blocked
+    # requests; crs-system-prompt-blocked's own workload ends on the content floor (not a content episode)
+    assert [
+        (e["scenario"], e["candidates"], e["culprits"], e["blocked"], e["oracle"]) for e in raw["episodes"]
+    ] == [("crs-agent-content-withheld", [4], 1, 3, 3)]
+    assert raw["max"] == raw["mean"] == 1.0 and raw["passed"] is True and raw["chars_lost"] == 0
+    assert [r["outcome"] for r in raw["runs"]] == ["content_withheld", "content_floor"]
+
+
 def test_run_writes_one_key_per_measure_and_keeps_the_prose(
     bench: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     runner = bench("run")
-    measure = runner.Measure("P9.ratio", "a fake measure", 0.5, "≤ 1", True, "detail")
-    monkeypatch.setattr(runner, "BENCHMARKS", {"P9": lambda quick: ({"raw": 1}, [measure])})
+    measure = runner.Measure("PX.ratio", "a fake measure", 0.5, "≤ 1", True, "detail")
+    monkeypatch.setattr(runner, "BENCHMARKS", {"PX": lambda quick: ({"raw": 1}, [measure])})
     results, markdown = tmp_path / "results.json", tmp_path / "BENCHMARKS.md"
     markdown.write_text(
         f"# Benchmarks\n\nprose before\n\n{runner.START_MARKER}\nold\n{runner.END_MARKER}\n\nprose after\n"
@@ -181,18 +227,18 @@ def test_run_writes_one_key_per_measure_and_keeps_the_prose(
     monkeypatch.setattr(runner, "BENCHMARKS_MD", markdown)
     assert runner.main([]) == 0
     written = json.loads(results.read_text())
-    assert written["P9.ratio"] == 0.5
-    assert written["status"] == {"P9.ratio": "met"}
+    assert written["PX.ratio"] == 0.5
+    assert written["status"] == {"PX.ratio": "met"}
     assert {"date", "machine", "targets", "details"} <= set(written)
     text = markdown.read_text()
     assert "prose before" in text and "prose after" in text and "\nold\n" not in text
-    assert "| `P9.ratio` | a fake measure | ≤ 1 | **0.50** | met | detail |" in text
+    assert "| `PX.ratio` | a fake measure | ≤ 1 | **0.50** | met | detail |" in text
 
 
 def test_run_rejects_an_unknown_benchmark_id(bench: Any) -> None:
     runner = bench("run")
-    with pytest.raises(SystemExit, match="unknown benchmark P8"):
-        runner.main(["--only", "P8"])
+    with pytest.raises(SystemExit, match="unknown benchmark P10"):
+        runner.main(["--only", "P10"])
 
 
 def test_classify_peers_bench_scores_ctxrecover_and_reports_a_missing_peer(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from simulator.proxy.anomaly import AnomalyScorer, rule_set
+from simulator.proxy.anomaly import TRANSFORMATIONS, AnomalyScorer, rule_set
 from simulator.proxy.crs import Target, read_rules, rules_to_data, tx_defaults
 from simulator.proxy.fault_specs import parse_fault_spec
 from simulator.proxy.faults import AnomalyWaf
@@ -52,6 +53,16 @@ def test_ordinary_prose_and_a_numeric_host_alone_pass() -> None:
         chat("The fixture lacks a timezone; UTC fixes it.", host="127.0.0.1")
     )
     assert (verdict.blocked, verdict.rules) == (False, ("920350",))  # "Host header is a numeric IP" warns: 3
+
+
+def test_cmdline_drops_blanks_before_a_slash_or_paren_in_one_pass_over_a_long_blank_run() -> None:
+    cmdline = TRANSFORMATIONS["cmdline"]
+    assert cmdline('C:\\> "Cat"  /etc/passwd ; ls  (x)  y') == "c:> cat/etc/passwd ls(x) y"
+    # a size experiment's blanked request is one value of ~25 KB of spaces: a pattern retried at every
+    # offset of the run took seconds per rule there (quadratic); 400 KB of blanks must be instant
+    started = time.perf_counter()
+    assert cmdline("Hi" + " " * 400_000 + "/x") == "hi/x"
+    assert time.perf_counter() - started < 1.0
 
 
 def test_the_operators_the_mock_cannot_run_are_named() -> None:
@@ -156,13 +167,3 @@ def test_long_runs_of_blanks_score_as_the_text_around_them(trigger: str) -> None
     padded = scorer.score(chat(padding + trigger + padding))
     assert alone.blocked and padded.blocked and set(padded.rules) == set(alone.rules)
     assert not scorer.score(chat("Hi" + padding)).matches
-
-
-def test_the_command_line_transformation_keeps_its_meaning_on_long_blank_runs() -> None:
-    # t:cmdLine drops blanks before "/" and "(" (found linear from a run's start, not at every offset)
-    from simulator.proxy.anomaly import TRANSFORMATIONS
-
-    cmd_line = TRANSFORMATIONS["cmdline"]
-    assert cmd_line("cat   /etc/passwd") == "cat/etc/passwd"
-    assert cmd_line("echo  (x)  y") == "echo(x) y"
-    assert cmd_line("a" + " " * 50_000 + "b") == "a b"
