@@ -185,7 +185,7 @@ def test_rate_limit_surfaces_without_any_compaction() -> None:
 def test_corporate_waf_warns_about_the_floor_and_then_stays_under_the_waf() -> None:
     result = run("corporate-128k-waf")
 
-    # the block, then the same size without the new content (the experiment that reads it as size)
+    # the block, then blanks as large (the experiment that reads it as size)
     refused = [
         r for r in result.records if r.outcome.startswith("rejected:") or r.outcome == EXPERIMENT_BLOCKED
     ]

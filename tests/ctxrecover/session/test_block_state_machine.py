@@ -395,9 +395,10 @@ def test_a_route_denied_where_compaction_cannot_reach_the_accepted_size_is_a_pol
     None
 ):
     # Found by the machine: one turn accepted, then the route is denied. The block (the largest request
-    # yet) and a padded experiment used to be refused — a size reading that compaction could not bring
-    # under the largest accepted size, so the turn ended in PayloadFloorError with a cap learned from a
-    # policy block, and every later turn failed on that cap. The one-word probe now comes first.
+    # yet) and an experiment keeping the old content used to be refused — a size reading that compaction
+    # could not bring under the largest accepted size, so the turn ended in PayloadFloorError with a cap
+    # learned from a policy block, and every later turn failed on that cap. The one-word probe now comes
+    # first.
     machine = machine_after(1)
     machine.deny_route()
     machine.complete_turn()  # its invariants: PolicyBlockedError, no cap, nothing compacted
@@ -427,7 +428,7 @@ def test_a_rule_added_mid_session_over_old_content_is_content_not_a_size_floor()
 
 def test_a_small_budget_bounds_the_block_pages_of_a_mid_session_policy_denial() -> None:
     # SPEC §12's budget bounds a turn; with a budget of 2 a mid-session denial once cost 4 pages (read as
-    # size first: the request, the padded experiment, the compacted retry, the one-word probe).
+    # size first: the request, an experiment keeping the old content, the compacted retry, the probe).
     machine = machine_after(7, budget=2)
     machine.deny_route()
     machine.complete_turn()

@@ -289,7 +289,7 @@ def test_a_block_above_every_accepted_size_that_is_size_learns_the_cap_after_one
 
     assert session.complete().content == "ok"
 
-    assert gateway.blocked_in(3) == 2  # the block, then the same size without the new content
+    assert gateway.blocked_in(3) == 2  # the block, then blanks as large (the one-word probe passed)
     assert session.learned_cap is not None
     assert session.gateway.largest_accepted <= session.learned_cap <= limit[0]
     assert not notices(events, "content_withheld")

@@ -199,7 +199,7 @@ def test_tight_caps_cost_one_episode_and_never_resend_a_failing_size(ratio: floa
     for seed in range(3):
         gateway, session, _ = tight_cap_run(ratio, seed)  # no RecoveryError: no failed turn, no false floor
         episodes, rejected = gateway.episodes()
-        # one episode: the WAF page, then the same size without the new content (refused: size)
+        # one episode: the WAF page, then blanks as large (refused: size; the one-word probe passed)
         assert episodes == 1 and rejected == 2, (ratio, seed, gateway.rejected)
         assert_never_resent_a_known_failing_size(gateway)
         model = session.gateway

@@ -108,7 +108,7 @@ def test_corporate_waf_learns_cap_from_first_rejection_and_succeeds_next() -> No
 
     assert reply.content == "ok"
     # SPEC §12: the first request of a gateway is blocked by a page that does not say why — a one-word
-    # probe (the route passes), the base (it passes), the same size without the new content (refused:
+    # probe (the route passes), the base (it passes), blanks as large, nothing of the conversation (refused:
     # size), then the retry under the cap learned from it
     assert len(gateway.sizes) == 5
     rejected, word, base, telling, accepted = gateway.sizes
