@@ -45,7 +45,6 @@ from ctxrecover.errors import (
 from ctxrecover.events import Event, Notice, PreCompact
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.policy import Policy
-from ctxrecover.recovery import BLOCK_BUDGET_CODE, BLOCK_BUDGET_SIZE_NOTICE
 from ctxrecover.session import Session
 from ctxrecover.sizes import format_payload_size
 from ctxrecover.transport import HttpxSender
@@ -449,5 +448,9 @@ def test_a_retry_refused_past_the_budget_ends_the_turn_with_what_is_known() -> N
     sent = machine.gateway.in_turn(2)
     assert machine.outcomes == ["ok", "RecoveryExhausted"]
     assert [s.why for s in sent] == ["size", "ok", "size", "content"]
-    budget = [e.message for e in machine.events if isinstance(e, Notice) and e.code == BLOCK_BUDGET_CODE]
-    assert budget == [BLOCK_BUDGET_SIZE_NOTICE % (3, 2, format_payload_size(len(sent[-1].body)))]
+    budget = [e.message for e in machine.events if isinstance(e, Notice) and e.code == "block_budget"]
+    assert budget == [
+        "✖ The gateway blocked 3 requests of this turn (budget 2, CHATCLI_MAX_BLOCKED_REQUESTS), the last "
+        f"at {format_payload_size(len(sent[-1].body))}: nothing more is sent this turn — compact or set "
+        "aside what it carries, or ask your security team which rule matched"
+    ]
