@@ -34,6 +34,7 @@ from typing import Any
 import bench_async
 import bench_compaction
 import bench_content
+import bench_fill
 import bench_long_replay
 import bench_peers
 import bench_recovery
@@ -46,7 +47,7 @@ RESULTS_JSON = BENCH_DIR / "results.json"
 BENCHMARKS_MD = BENCH_DIR.parent / "BENCHMARKS.md"
 START_MARKER = "<!-- results:start -->"
 END_MARKER = "<!-- results:end -->"
-BENCHMARK_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9")
+BENCHMARK_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10")
 QUICK_P2_SCALES_MB = (1, 2, 4)
 QUICK_REPEATS = 3
 QUICK_TURNS = 15
@@ -516,6 +517,22 @@ def _p9(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
     ]
 
 
+def _p10(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
+    raw = bench_fill.run()
+    under = "; ".join(
+        f"{r['scenario']} turn {r['turn']}: {r['retry_bytes']:,} B of {r['learned_cap']:,} ({r['fill']:.2f})"
+        for r in raw["under"]
+    )
+    detail = (
+        f"{len(raw['retries'])} retries after a size rejection over {len(raw['scenarios'])} bundled scenarios "
+        f"(own workloads), mean {raw['mean'] or 0:.2f}; under 0.75: {under or 'none'}; "
+        f"{len(raw['short_histories'])} retries of histories under 75 % of the cap apart; "
+        f"{raw['chars_lost']} chars lost"
+    )
+    label = "P10 retry bytes ÷ learned cap after a size rejection (SPEC §12, fill the cap)"
+    return raw, [Measure("P10.fill_min", f"{label}: the least", raw["min"], "≥ 0.75", raw["passed"], detail)]
+
+
 BENCHMARKS: dict[str, Callable[[bool], tuple[dict[str, Any], list[Measure]]]] = {
     "P1": _p1,
     "P2": _p2,
@@ -525,6 +542,7 @@ BENCHMARKS: dict[str, Callable[[bool], tuple[dict[str, Any], list[Measure]]]] = 
     "P7": _p7,
     "P8": _p8,
     "P9": _p9,
+    "P10": _p10,
 }
 RUN_OF = {"P6": "P5"}  # P5 and P6 come from the same replays
 
@@ -616,7 +634,7 @@ def _run_one(name: str, quick: bool, profile_dir: Path | None) -> tuple[dict[str
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats; writes nothing")
-    parser.add_argument("--only", help="comma-separated ids (P1..P9); writes nothing")
+    parser.add_argument("--only", help="comma-separated ids (P1..P10); writes nothing")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="write a pyinstrument profile of each benchmark to DIR"

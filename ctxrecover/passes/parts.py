@@ -73,7 +73,12 @@ def _without_images(msg: Message, archive: Archive) -> Message:
 
 
 def archive_images(
-    history: Sequence[Message], *, archive: Archive, keep_recent: int, user_first: bool = True
+    history: Sequence[Message],
+    *,
+    archive: Archive,
+    keep_recent: int,
+    user_first: bool = True,
+    shed_chars: int | None = None,
 ) -> tuple[list[Message], ImageReport]:
     """Archive the inline images of every message a compaction keeping ``keep_recent`` may drop.
 
@@ -82,8 +87,9 @@ def archive_images(
     messages are dropped too. Without it (planned compaction) the tail loses only the
     messages before the history's first user message, when the history does not start
     with one. Every message before the tail gives its images to the archive; system
-    messages (the floor) and ``preserve_verbatim`` messages keep theirs. Returns the
-    input list itself when there is nothing to archive.
+    messages (the floor) and ``preserve_verbatim`` messages keep theirs. With ``shed_chars``,
+    messages give their images oldest first only until that much weight is freed (the retry
+    that fills the cap, SPEC §12). Returns the input list itself when there is nothing to archive.
     """
     if keep_recent < 0:
         raise ConfigError(f"archive_images needs keep_recent >= 0 (got {keep_recent})")
@@ -102,11 +108,13 @@ def archive_images(
         and not history[i].preserve_verbatim
         and any(image.data is not None for image in history[i].images)
     ]
-    if not targets:
+    if not targets or shed_chars == 0:
         return history if isinstance(history, list) else list(history), ImageReport()
     result = list(history)
     count = freed = 0
     for i in targets:
+        if shed_chars is not None and freed >= shed_chars:
+            break
         msg = result[i]
         count += sum(image.data is not None for image in msg.images)
         result[i] = _without_images(msg, archive)

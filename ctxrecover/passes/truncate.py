@@ -242,12 +242,18 @@ class CapReport:
 
 
 def cap_assistant_messages(
-    history: list[Message], max_chars: int = DEFAULT_ASSISTANT_CAP, *, archive: Archive
+    history: list[Message],
+    max_chars: int = DEFAULT_ASSISTANT_CAP,
+    *,
+    archive: Archive,
+    shed_chars: int | None = None,
 ) -> tuple[list[Message], CapReport]:
     """Recovery Level 1: cut assistant messages over ``max_chars`` to head ¾ + tail.
 
     The original is archived and the cut text (at most ``max_chars``, marker
     included) ends with :func:`recall_suffix`. Verbatim messages are left whole.
+    With ``shed_chars``, messages are cut oldest first only until that many chars
+    are saved (the retry that fills the cap, SPEC §12); without it, every one over the cap.
     Returns the input list itself when nothing is over the cap.
     """
     if max_chars < MIN_CAP_CHARS:
@@ -259,6 +265,8 @@ def cap_assistant_messages(
     saved = 0
     capped = 0
     for i, msg in enumerate(history):
+        if shed_chars is not None and saved >= shed_chars:
+            break
         if msg.role != "assistant" or msg.preserve_verbatim or len(msg.content) <= max_chars:
             continue
         if result is None:

@@ -28,6 +28,7 @@ from ctxrecover.passes.pairing import PairingReport, repair_pairing
 from ctxrecover.passes.tool_budget import enforce_tool_result_budget
 from ctxrecover.passes.truncate import MIN_CAP_CHARS, cap_assistant_messages, keep_last
 from ctxrecover.policy import Policy
+from ctxrecover.sizes import total_weight
 
 __all__ = [
     "ComposedStep",
@@ -53,6 +54,8 @@ class RecoveryContext:
     (:meth:`TurnPasses.facts <ctxrecover.passes.turn.TurnPasses.facts>`); a step reads them
     instead of scanning the history again while they describe the list it is given
     (:func:`~ctxrecover.passes.facts.facts_for`), and computes them otherwise.
+    ``fill_chars`` is the weight a retry after a size rejection aims at (SPEC §12, fill the cap):
+    :class:`Level1` cuts only until the history is under it; ``None`` cuts as SPEC §6 says.
     """
 
     policy: Policy
@@ -61,12 +64,18 @@ class RecoveryContext:
     tool_result_max_chars: int
     failure: Failure | None = None
     facts: HistoryFacts | None = None
+    fill_chars: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("tool_result_budget_chars", "tool_result_max_chars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"RecoveryContext.{name} must be a positive int of chars (got {value!r})")
+        fill = self.fill_chars
+        if fill is not None and (isinstance(fill, bool) or not isinstance(fill, int) or fill < 0):
+            raise ConfigError(
+                f"RecoveryContext.fill_chars must be None or an int of chars >= 0 (got {fill!r})"
+            )
 
     @classmethod
     def from_policy(
@@ -257,6 +266,11 @@ class Level1(StepBase):
     session only. Assistant messages over ``assistant_max_chars``
     (``policy.level1_assistant_max_chars``, 5000) keep head ¾ + tail around
     ``\\n... [truncated] ...\\n``, the original archived behind a recall marker.
+
+    **Decision (SPEC §12, fill the cap):** with ``ctx.fill_chars`` set (the retry after a size
+    rejection), assistant messages are cut oldest first only until the history weighs no more than
+    it, and the tool-result limits tighten only when those cuts are not enough: the retry keeps
+    what fits under the learned cap instead of a fraction of it.
     """
 
     budget_factor: float | None = None
@@ -280,20 +294,20 @@ class Level1(StepBase):
         budget = min(ctx.tool_result_budget_chars, max(1, int(policy.tool_result_budget_chars * factor)))
         max_chars = min(ctx.tool_result_max_chars, max(1, int(policy.tool_result_max_chars * factor)))
         head, tail = _preview_split(policy, max_chars)
+        assistant_max = self.assistant_max_chars or policy.level1_assistant_max_chars
         facts = facts_for(history, ctx.facts)
         paired, pairing = _paired(history, facts, ctx)
-        budgeted, budget_report = enforce_tool_result_budget(
-            paired,
-            archive=ctx.archive,
-            turn_budget_chars=budget,
-            max_result_chars=max_chars,
-            preview_head=head,
-            preview_tail=tail,
-            turn_floor=policy.tool_result_turn_floor,
-        )
-        capped, cap = cap_assistant_messages(
-            budgeted, self.assistant_max_chars or policy.level1_assistant_max_chars, archive=ctx.archive
-        )
+        if ctx.fill_chars is None:
+            budgeted, previewed = self._previewed(paired, ctx, budget, max_chars, head, tail)
+            capped, cap = cap_assistant_messages(budgeted, assistant_max, archive=ctx.archive)
+            limits: tuple[int | None, int | None] = (budget, max_chars)
+        else:
+            over = max(0, total_weight(paired) - ctx.fill_chars)
+            capped, cap = cap_assistant_messages(paired, assistant_max, archive=ctx.archive, shed_chars=over)
+            previewed, limits = 0, (None, None)
+            if cap.chars_saved < over:
+                capped, previewed = self._previewed(capped, ctx, budget, max_chars, head, tail)
+                limits = (budget, max_chars)
         return capped, StepReport(
             step=self.name,
             changed=capped is not history,
@@ -302,11 +316,27 @@ class Level1(StepBase):
             chars_before=facts.content_chars,
             chars_after=content_chars(capped),
             messages_capped=cap.messages_capped,
-            tool_results_previewed=budget_report.results_previewed,
+            tool_results_previewed=previewed,
             pairing_fixes=_pairing_fixes(pairing),
-            tool_result_budget_chars=budget,
-            tool_result_max_chars=max_chars,
+            tool_result_budget_chars=limits[0],
+            tool_result_max_chars=limits[1],
         )
+
+    @staticmethod
+    def _previewed(
+        history: list[Message], ctx: RecoveryContext, budget: int, max_chars: int, head: int, tail: int
+    ) -> tuple[list[Message], int]:
+        """``history`` under the tightened tool-result limits, and how many results became previews."""
+        budgeted, report = enforce_tool_result_budget(
+            history,
+            archive=ctx.archive,
+            turn_budget_chars=budget,
+            max_result_chars=max_chars,
+            preview_head=head,
+            preview_tail=tail,
+            turn_floor=ctx.policy.tool_result_turn_floor,
+        )
+        return budgeted, report.results_previewed
 
 
 def _keep_and_repair(

@@ -19,6 +19,7 @@ from ctxrecover.passes.pairing import repair_pairing
 from ctxrecover.passes.parts import archive_images
 from ctxrecover.recovery.ladder import RecoveryContext, RecoveryLadder, StepReport
 from ctxrecover.recovery.notices import PAYLOAD_LIMIT_MARKER, PAYLOAD_LIMIT_NOTICE
+from ctxrecover.sizes import total_weight
 
 __all__ = ["MALFORMED_HISTORY_ATTEMPTS", "RecoveryResult", "recover", "repair_malformed"]
 
@@ -73,7 +74,8 @@ def recover(
 ) -> RecoveryResult:
     """One rewrite of the history for a rejected request (SPEC §6 steps 4–6): inline images outside
     the last ``policy.nuclear_keep_messages`` messages archived (every one at the ladder's last rung,
-    or when ``keep_images`` is False: the kept messages' images alone would not fit),
+    or when ``keep_images`` is False: the kept messages' images alone would not fit; oldest first and
+    only down to ``ctx.fill_chars`` when the retry fills the cap, SPEC §12),
     the ladder step for ``attempt`` (1-based; it archives what it drops), and the payload notice
     message when ``payload_notice`` is set (skipped when a message already carries
     :data:`PAYLOAD_LIMIT_MARKER`).
@@ -85,7 +87,8 @@ def recover(
     # the last rung keeps no inline image: a window smaller than the kept images must still recover
     last_rung = ladder.level_for(attempt) == len(ladder)
     keep = 0 if last_rung or not keep_images else ctx.policy.nuclear_keep_messages
-    imageless, images = archive_images(history, archive=ctx.archive, keep_recent=keep)
+    shed = None if ctx.fill_chars is None or last_rung else max(0, total_weight(history) - ctx.fill_chars)
+    imageless, images = archive_images(history, archive=ctx.archive, keep_recent=keep, shed_chars=shed)
     new_history, report = ladder(imageless, attempt, dataclasses.replace(ctx, failure=failure))
     if images.images_archived and not report.changed:
         report = dataclasses.replace(report, changed=True)

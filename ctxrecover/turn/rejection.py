@@ -234,8 +234,9 @@ def answer_rejection(
         if not announced and failure.kind is FailureKind.CONTEXT_OVERFLOW:
             _learn_window(conv, failure, request)  # SPEC §6's order: the retry notice, then what it teaches
         announced = True  # one notice per rejected request, however many levels it takes to retry
-        _recover(conv, failure, turn.attempts, max_tokens=turn.max_tokens)
-        retry = yield from prepare_request(conv, turn.max_tokens, cancel)
+        fill = judged.verdict is Verdict.SIZE_LIMIT and failure.is_payload
+        _recover(conv, failure, turn.attempts, max_tokens=turn.max_tokens, fill=fill)
+        retry = yield from prepare_request(conv, turn.max_tokens, cancel, fill=fill)
         if _known_failure(conv, retry) is None:
             return retry
     # Compaction did all it could: when its smallest request is still as large as a rejected one,
@@ -464,10 +465,15 @@ def _recover(
     *,
     ladder: RecoveryLadder | None = None,
     max_tokens: int | None = None,
+    fill: bool = False,
 ) -> None:
     """One recovery rewrite (SPEC §6 steps 3–7): memory flush and undo snapshot, ``PreCompact``,
     the ladder step (``ladder``'s, else the conversation's), once the payload notice,
-    ``PostCompact``."""
+    ``PostCompact``. ``fill``: the rewrite of a size rejection under a cap, which cuts only
+    down to the budget that fills the cap (SPEC §12)."""
+    fill_chars = (
+        char_budget(conv, max_tokens=max_tokens, fill=True) if fill and conv.gateway.effective_cap else None
+    )
     ctx = RecoveryContext(
         policy=conv.policy,
         archive=conv.archive,
@@ -475,6 +481,7 @@ def _recover(
         tool_result_budget_chars=conv.tool_result_budget_chars,
         tool_result_max_chars=conv.tool_result_max_chars,
         facts=conv.passes.facts(conv.history),  # what the session knows: no step scans it again
+        fill_chars=fill_chars,
     )
     payload_notice = failure.is_payload and not conv.gateway.payload_notice_sent
     conv.compactor.prepare_rewrite(conv.history)

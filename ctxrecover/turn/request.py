@@ -39,10 +39,18 @@ __all__ = [
 BYTE_FIT_ROUNDS = 4  # planned compaction rounds to bring real wire bytes under a cap
 BYTE_FIT_MARGIN = 0.95
 BYTE_FIT_MIN_KEEP = 2  # fewest recent messages a byte-fit round keeps (keep_recent halves each round)
+#: The share of the room under the learned cap that the retry after a size rejection fills
+#: (SPEC §12: at least 75 % of the cap when the history holds that much), in place of the
+#: ``payload_cap_headroom`` an ordinary turn keeps.
+RETRY_CAP_SHARE = 0.8
 
 
 def char_budget(
-    conv: Conversation, budget_ratio: float | None = None, *, max_tokens: int | None = None
+    conv: Conversation,
+    budget_ratio: float | None = None,
+    *,
+    max_tokens: int | None = None,
+    fill: bool = False,
 ) -> int:
     """The char budget the history must fit at ``budget_ratio`` (the mode's by default).
 
@@ -56,6 +64,8 @@ def char_budget(
     (system prompt, tool definitions): ``system weight + 70% × (cap − base)``.
     **Decision (SPEC §11):** with §1.3's ``70% × cap`` a system prompt over 30%
     of the cap made every turn compact to a budget it could never reach.
+    With ``fill`` (the retry after a size rejection) the share is :data:`RETRY_CAP_SHARE`
+    when it is larger: SPEC §12 has that retry fill the cap, not a fraction of it.
     """
     ratio = budget_ratio if budget_ratio is not None else conv.mode_ratio
     budget = base_char_budget(
@@ -71,7 +81,10 @@ def char_budget(
     system = conv.history[: leading_system_count(conv.history)]
     room = max(0, cap - history_request_bytes(conv, system, max_tokens))
     # The policy's headroom, not sizes' module default: the knob must take effect.
-    return min(budget, total_weight(system) + int(room * conv.policy.payload_cap_headroom))
+    share = conv.policy.payload_cap_headroom
+    if fill:
+        share = max(share, RETRY_CAP_SHARE)
+    return min(budget, total_weight(system) + int(room * share))
 
 
 def _reserve(conv: Conversation, max_tokens: int | None) -> int:
@@ -139,10 +152,11 @@ def outgoing(conv: Conversation, max_tokens: int | None) -> ChatRequest:
 
 
 def prepare_request(
-    conv: Conversation, max_tokens: int | None, cancel: CancelToken | None
+    conv: Conversation, max_tokens: int | None, cancel: CancelToken | None, *, fill: bool = False
 ) -> Flow[ChatRequest]:
     """The turn's request, SPEC §3's order: microcompact, dedup, skill aging, pre-flight, planned
-    compaction to the budget, then to the cap in real bytes, and the outgoing copy."""
+    compaction to the budget, then to the cap in real bytes, and the outgoing copy. ``fill`` is
+    the retry after a size rejection: its budget fills the cap (:func:`char_budget`)."""
     passes = conv.passes
     withhold_known(conv)
     history, micro = passes.microcompact(conv.history)
@@ -161,7 +175,7 @@ def prepare_request(
     conv.gateway = check.gateway
     if check.notice is not None:
         conv.events.emit(check.notice)
-    budget = char_budget(conv, check.budget_ratio_override, max_tokens=max_tokens)
+    budget = char_budget(conv, check.budget_ratio_override, max_tokens=max_tokens, fill=fill)
     if passes.weight(conv.history) > budget:
         yield from compact_to(conv, budget, "auto", cancel)
     request = outgoing(conv, max_tokens)

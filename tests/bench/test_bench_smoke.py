@@ -214,6 +214,22 @@ def test_content_bench_divides_each_content_episode_s_blocked_requests_by_its_or
     assert [r["outcome"] for r in raw["runs"]] == ["content_withheld", "content_floor"]
 
 
+def test_fill_bench_divides_each_retry_after_a_size_rejection_by_the_learned_cap(bench: Any) -> None:
+    runner, fill = bench("run"), bench("bench_fill")
+    raw = fill.run(scenarios=["nginx-1m-413", "screenshots-128k-waf", "openai-128k-overflow"])
+    # nginx: one 413 at turn 120, retried at 0.82 of the cap; the screenshots: a 98 KB screenshot
+    # cannot be split, so the first retry keeps one of two (0.69); an overflow is not a size rejection
+    rows = [(r["scenario"], r["turn"], round(r["fill"], 2)) for r in raw["retries"]]
+    assert rows == [
+        ("nginx-1m-413", 120, 0.82),
+        ("screenshots-128k-waf", 2, 0.69),
+        ("screenshots-128k-waf", 13, 0.96),
+    ]
+    assert all(r["retry_bytes"] <= r["learned_cap"] < r["rejected_bytes"] for r in raw["retries"])
+    assert raw["min"] == raw["retries"][1]["fill"] and raw["passed"] is False and raw["chars_lost"] == 0
+    assert "P10" in runner.BENCHMARK_IDS and "P10" in runner.BENCHMARKS
+
+
 def test_run_writes_one_key_per_measure_and_keeps_the_prose(
     bench: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

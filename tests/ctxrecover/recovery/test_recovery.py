@@ -39,7 +39,7 @@ from ctxrecover.recovery import (
 )
 from ctxrecover.recovery.diagnosis import content_block_error, is_library_message, newest_conversation_message
 from ctxrecover.recovery.escalation import CONTINUATION_TEXT
-from ctxrecover.sizes import MIB
+from ctxrecover.sizes import MIB, total_weight, weight
 
 # -- SPEC texts, byte for byte ---------------------------------------------------------------
 
@@ -257,6 +257,49 @@ def test_level1_cuts_long_assistant_messages_to_5000_keeping_head_three_quarters
     assert recall(store, cut).found[extract_keys(cut)[0]] == original
 
 
+def filling(history: list[Message], fill_chars: int, archive: MemoryArchive | None = None) -> RecoveryContext:
+    return dataclasses.replace(context(archive=archive), fill_chars=fill_chars)
+
+
+def test_level1_filling_the_cap_cuts_assistant_messages_oldest_first_only_until_the_history_fits(
+    assert_nothing_lost_strict: Callable[..., None],
+) -> None:
+    history = [Message.system("sys")]
+    for i in range(10):
+        history += [Message.user(f"u{i}"), Message.assistant(f"a{i} " + digits(12_000))]
+    store = MemoryArchive()
+    fill = total_weight(history) - 20_000
+    out, report = Level1()(history, filling(history, fill, store))
+    assert total_weight(out) <= fill
+    cut = [i for i, (a, b) in enumerate(zip(history, out, strict=True)) if a is not b]
+    assert 0 < len(cut) < 10 and cut == list(range(2, 21, 2))[: len(cut)]  # the oldest, nothing newer
+    # and no more than it takes: without the newest cut the history would still be over the target
+    assert total_weight(out) - weight(out[cut[-1]]) + weight(history[cut[-1]]) > fill
+    assert report.messages_capped == len(cut) and report.changed
+    # the cuts were enough: the session's tool-result limits stay as they were
+    assert (report.tool_result_budget_chars, report.tool_result_max_chars) == (None, None)
+    assert_nothing_lost_strict(history, out, store, with_arguments=True)
+
+
+def test_level1_filling_the_cap_tightens_the_tool_limits_when_the_cuts_are_not_enough() -> None:
+    history = level1_history()
+    out, report = Level1()(history, filling(history, 20_000))
+    assert (report.tool_result_budget_chars, report.tool_result_max_chars) == (100_000, 10_000)
+    assert report.messages_capped == 1 and report.tool_results_previewed >= 2
+
+
+def test_level1_without_a_fill_target_cuts_every_long_assistant_message() -> None:
+    history = [Message.user("go")] + [Message.assistant(digits(12_000)) for _ in range(3)]
+    _, report = Level1()(history, context())
+    assert report.messages_capped == 3
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "10"])
+def test_a_bad_fill_target_is_rejected(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"RecoveryContext\.fill_chars must be None or an int"):
+        dataclasses.replace(context(), fill_chars=bad)
+
+
 def test_level1_repairs_pairing() -> None:
     history = [Message.user("go"), Message.assistant(tool_calls=[ToolCall("a", "ls")]), Message.user("?")]
     out, report = Level1()(history, context())
@@ -446,6 +489,25 @@ def test_recover_archives_images_outside_the_kept_messages_before_the_ladder_dro
     assert [m.images[0].data for m in result.history if m.images] == [shot + "4", shot + "5"]
     archived = {store.get(k) for k in store.keys()}
     assert {f"data:image/png;base64,{shot}{i}" for i in range(4)} <= archived
+    assert_nothing_lost_strict(history, result.history, store, with_arguments=True)
+
+
+def test_recover_filling_the_cap_archives_the_oldest_images_only_until_the_history_fits(
+    assert_nothing_lost_strict: Callable[..., None],
+) -> None:
+    shot = "iVBORw0KGgo" + "A" * 40_000
+    history = [Message.system("sys")]
+    for i in range(6):
+        history += [
+            Message.user(f"look {i}", images=(Image(data=shot + str(i)),)),
+            Message.assistant(f"a{i}"),
+        ]
+    store = MemoryArchive()
+    fill = total_weight(history) - total_weight([history[1]]) - 100  # one image and a little more
+    result = run_recover(history, payload_failure(), 1, ctx=filling(history, fill, store))
+    assert total_weight(result.history) <= fill
+    # the two oldest images went to the archive, the four newer ones stay inline
+    assert [m.images[0].data for m in result.history if m.images] == [shot + str(i) for i in range(2, 6)]
     assert_nothing_lost_strict(history, result.history, store, with_arguments=True)
 
 

@@ -207,6 +207,34 @@ def test_tight_caps_cost_one_episode_and_never_resend_a_failing_size(ratio: floa
         assert model.largest_accepted <= model.learned_cap < model.smallest_rejected
 
 
+# -- fill the cap (SPEC §12) -----------------------------------------------------------------------------
+
+
+def nginx_413(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(413, text=NGINX_413, headers={"content-type": "text/html"})
+
+
+def test_the_retry_after_a_size_rejection_fills_the_learned_cap_instead_of_a_fraction_of_it() -> None:
+    gateway = size_gate(256 * KB, nginx_413)
+    session, _ = session_for(gateway)
+    session.extend([Message.system("You are a careful engineer.")])
+    turn = 0
+    while not gateway.rejected:
+        gateway.turn = turn
+        notes = "\n".join(
+            f"turn {turn} finding {line}: the parser keeps state per line" for line in range(200)
+        )
+        session.extend([Message.user(f"step {turn}: go on"), Message.assistant(notes), Message.user("next")])
+        session.complete()
+        turn += 1
+    (rejected, retry) = gateway.in_turn(turn - 1)
+    cap = session.gateway.learned_cap
+    assert cap is not None and not rejected[1] and retry[1]
+    # ≥ 75 % of the learned cap, never over it: SPEC §6's Level 1 alone, which cuts every long
+    # assistant message at once, retried with less than half of it
+    assert 0.75 * cap <= retry[0] <= cap, (retry[0], cap)
+
+
 # -- the corporate 128 KB WAF with a ~100 KB system prompt ----------------------------------------------
 
 

@@ -354,9 +354,12 @@ def bedrock_waf() -> Scenario:
 def test_bisection_needs_fewer_rejections_and_no_strategy_learns_a_cap_below_what_passed() -> None:
     # SPEC §11 changed this test: both strategies now work over the gateway model's evidence and the
     # learned cap never falls below the largest accepted request (the old ¾ rule ended at 30 162 bytes
-    # while 37 339-byte requests had passed; BisectionCapState ended at 40 608). Measured: the ¾ rule
-    # needs 5 blocked requests (308 213, the same size as blanks that reads the page as size, then
-    # 165 314 → 89 062 → 40 217 bytes), bisection 4 (308 213 twice → 111 614 → 41 675).
+    # while 37 339-byte requests had passed; BisectionCapState ended at 40 608). Measured since the
+    # retry fills the learned cap (SPEC §12): the ¾ rule is refused 7 times (308 213, 188 434 and
+    # 115 397 bytes, each with the blanks as large that read the page as size, then 40 128 at turn 11)
+    # and ends at 37 250 bytes; bisection 6 (308 213, 127 054 and 53 397 with their blanks) and ends at
+    # 41 177, the middle of what passed (28 957) and what was refused (53 397): a bisection cap is a
+    # guess inside the evidence until a request tests it, so it may lie above the gateway's own limit.
     transcript, scenario = pasted_chat(), bedrock_waf()
 
     three_quarters = run(None, transcript, scenario)
@@ -368,6 +371,8 @@ def test_bisection_needs_fewer_rejections_and_no_strategy_learns_a_cap_below_wha
         cap = result.records[-1].learned_cap
         refused = ("rejected", EXPERIMENT_BLOCKED)  # the block page's telling request was refused too
         passed = max(r.request_bytes for r in result.records if not r.outcome.startswith(refused))
-        assert cap is not None and passed <= cap < WAF_THRESHOLD
+        refused_sizes = [r.request_bytes for r in result.records if r.outcome.startswith(refused)]
+        assert cap is not None and passed <= cap < min(refused_sizes)
+    assert three_quarters.records[-1].learned_cap < WAF_THRESHOLD  # the ¾ rule's cap ends under the limit
     assert bisection.outcome == three_quarters.outcome == "recovered"
     assert bisection.chars_lost == three_quarters.chars_lost == 0
