@@ -524,8 +524,8 @@ def _p10(quick: bool) -> tuple[dict[str, Any], list[Measure]]:
         for r in raw["under"]
     )
     detail = (
-        f"{len(raw['retries'])} retries after a size rejection over {len(raw['scenarios'])} bundled scenarios "
-        f"(own workloads), mean {raw['mean'] or 0:.2f}; under 0.75: {under or 'none'}; "
+        f"{len(raw['retries'])} retries after a size rejection over {len(raw['scenarios'])} bundled "
+        f"scenarios (own workloads), mean {raw['mean'] or 0:.2f}; under 0.75: {under or 'none'}; "
         f"{len(raw['short_histories'])} retries of histories under 75 % of the cap apart; "
         f"{raw['chars_lost']} chars lost"
     )
