@@ -227,6 +227,7 @@ def answer_rejection(
     )
 
     retry = request
+    fill = judged.verdict is Verdict.SIZE_LIMIT and failure.is_payload  # SPEC §12: the retry fills the cap
     while turn.attempts < conv.policy.max_recovery_attempts:
         turn.attempts += 1
         if not announced and failure.notice:
@@ -234,7 +235,6 @@ def answer_rejection(
         if not announced and failure.kind is FailureKind.CONTEXT_OVERFLOW:
             _learn_window(conv, failure, request)  # SPEC §6's order: the retry notice, then what it teaches
         announced = True  # one notice per rejected request, however many levels it takes to retry
-        fill = judged.verdict is Verdict.SIZE_LIMIT and failure.is_payload
         _recover(conv, failure, turn.attempts, max_tokens=turn.max_tokens, fill=fill)
         retry = yield from prepare_request(conv, turn.max_tokens, cancel, fill=fill)
         if _known_failure(conv, retry) is None:
