@@ -29,6 +29,7 @@ from ctxrecover.sizes import format_payload_size
 
 __all__ = [
     "WITHHELD_ARGUMENT_FIELD",
+    "WITHHELD_IMAGE_NOTE",
     "WITHHELD_STUB",
     "Part",
     "Withheld",
@@ -47,6 +48,9 @@ WITHHELD_STUB = (
 )
 #: A withheld tool call keeps valid JSON arguments: ``{"withheld": "<stub>"}``.
 WITHHELD_ARGUMENT_FIELD = "withheld"
+#: The line a withheld message's stub gets for each of its images (media type, marker): the image is
+#: archived whole beside the text, recallable locally, and never resent through that gateway.
+WITHHELD_IMAGE_NOTE = "[image withheld — %s, archived as %s]"
 WITHHELD_RE = re.compile(
     re.escape("[withheld: the gateway refused this ")
     + r".+? content \(.+?\) — archived as <<ccr:[0-9a-f]{16}>>"
@@ -173,7 +177,7 @@ def withhold(
             for image in original.images:
                 if image.data is not None:
                     image_key = archive.put(f"data:{image.media_type};base64,{image.data}")
-                    notes.append(f"[image withheld — {image.media_type}, archived as {marker(image_key)}]")
+                    notes.append(WITHHELD_IMAGE_NOTE % (image.media_type, marker(image_key)))
             stub = WITHHELD_STUB % (what, format_payload_size(size), marker(key))
             kept = tuple(image for image in original.images if image.data is None)
             result[part.index] = msg.replace(

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 
 from ctxrecover.archive import RANGE_HEADER, extract_keys
 from ctxrecover.passes.parts import IMAGE_ARCHIVED_NOTE
+from ctxrecover.passes.withhold import WITHHELD_ARGUMENT_FIELD, WITHHELD_IMAGE_NOTE
 
 if TYPE_CHECKING:
     from ctxrecover.messages import Message
@@ -100,9 +101,15 @@ RENDERED_RESULT_RE = re.compile(r"\n\[tool_result ([^\n]+)\]$")
 RENDERED_CALL_RE = re.compile(r"(\S+) (\S+): (.*)\]", re.DOTALL)
 CALL_LINE_START = "\n[tool_call "
 CALL_JSON_FIELDS = frozenset({"id", "name", "arguments"})
-# IMAGE_ARCHIVED_NOTE's media type and size are any text on the line; its marker is the edge.
+# IMAGE_ARCHIVED_NOTE's media type and size are any text on the line, WITHHELD_IMAGE_NOTE's media type
+# (a withheld message's image, SPEC §12); the marker of either is the edge.
 IMAGE_NOTE_RE = re.compile(
-    re.escape(IMAGE_ARCHIVED_NOTE).replace(re.escape("%s"), r"[^\n]*?", 2).replace(re.escape("%s"), KEY)
+    "|".join(
+        re.escape(note)
+        .replace(re.escape("%s"), r"[^\n]*?", note.count("%s") - 1)
+        .replace(re.escape("%s"), KEY)
+        for note in (IMAGE_ARCHIVED_NOTE, WITHHELD_IMAGE_NOTE)
+    )
 )
 DATA_URL_RE = re.compile(r"data:[^;,\n]*;base64,")
 
@@ -116,7 +123,7 @@ def split_image_notes(text: str) -> tuple[str, list[str]]:
         note = IMAGE_NOTE_RE.fullmatch(text, start, end)
         if note is None:
             break
-        keys.append(note[1])
+        keys.append(next(key for key in note.groups() if key))  # the one alternative that matched
         end = max(start - 1, 0)
     return (text[:end], keys[::-1]) if keys else (text, keys)
 
@@ -293,4 +300,17 @@ def parse_entry(text: str) -> tuple[list[Edge], list[Piece]]:
         parsed = layout(text)
         if parsed is not None:
             return parsed
-    return text_edges([text]), _call_json(text)
+    kind = ARGUMENTS if _withheld_arguments(text) else CONTENT
+    return text_edges([text], kind), _call_json(text)
+
+
+def _withheld_arguments(text: str) -> bool:
+    """True for the arguments a withheld tool call is left with (``{"withheld": STUB}``, SPEC §12):
+    the marker in its stub names the call's original arguments."""
+    if not text.startswith('{"' + WITHHELD_ARGUMENT_FIELD):
+        return False
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and set(value) == {WITHHELD_ARGUMENT_FIELD}

@@ -8,8 +8,9 @@ sent again — and drives every path that cuts or rewrites a history: the
 turn-boundary passes (microcompact, dedup of reads, tool-result budget, pairing
 repair, skill aging), planned compaction at random budgets with an extractive
 summarizer (which quotes the image notes it reads) or a failing one, emergency
-truncation and shrinking, recovery Levels 1–3, archiving images, setting a
-message aside and mirroring the provider's context editing. After every step
+truncation and shrinking, recovery Levels 1–3 (also filling the cap), archiving images,
+setting a message aside, withholding a content block's culprit and mirroring the provider's
+context editing. After every step
 the simulator's :class:`~simulator.research.ledger.LossLedger` — occurrence
 exact, each archive write counted — finds every original piece, image bytes
 included, in the history or behind a marker it reaches, and no marker
@@ -43,6 +44,7 @@ from ctxrecover.passes import (
     trim_history,
 )
 from ctxrecover.passes.parts import archive_images, set_aside
+from ctxrecover.passes.withhold import parts_of, withhold
 from ctxrecover.policy import Policy
 from ctxrecover.recovery import RecoveryContext, RecoveryLadder, recover
 from ctxrecover.sizes import total_weight
@@ -235,6 +237,15 @@ class ImagesMachine(RuleBasedStateMachine):
             self.history, data.draw(st.integers(0, len(self.history) - 1)), archive=self.archive
         )
 
+    @rule(data=st.data())
+    def withhold(self, data: st.DataObject) -> None:
+        """A content block's culprit withheld (SPEC §12): text and images archived behind the stub."""
+        parts = parts_of(self.history, [data.draw(st.integers(0, len(self.history) - 1))])
+        if parts:
+            self.history, _ = withhold(
+                self.history, [data.draw(st.sampled_from(parts))], archive=self.archive
+            )
+
     @rule(cleared=st.integers(1, 6))
     def context_editing(self, cleared: int) -> None:
         response = {"context_management": {"applied_edits": [{"cleared_tool_uses": cleared}]}}
@@ -264,13 +275,17 @@ class ImagesMachine(RuleBasedStateMachine):
     @rule(
         attempt=st.integers(1, 3),
         kind=st.sampled_from([FailureKind.CONTEXT_OVERFLOW, FailureKind.WAF_REJECTION]),
+        fill=st.one_of(st.none(), st.integers(0, 100)),
     )
-    def recover(self, attempt: int, kind: FailureKind) -> None:
+    def recover(self, attempt: int, kind: FailureKind, fill: int | None) -> None:
+        """A ladder step; with ``fill`` the retry of a size rejection that fills the cap (SPEC §12):
+        images and assistant messages cut oldest first, only down to that share of the weight."""
         ctx = RecoveryContext(
             policy=POLICY,
             archive=self.archive,
             tool_result_budget_chars=self.tool_limits[0],
             tool_result_max_chars=self.tool_limits[1],
+            fill_chars=None if fill is None else total_weight(self.history) * fill // 100,
         )
         result = recover(self.history, Failure(kind), attempt, ladder=LADDER, ctx=ctx)
         self.tool_limits = (result.tool_result_budget_chars, result.tool_result_max_chars)
