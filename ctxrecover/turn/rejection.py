@@ -144,6 +144,7 @@ class TurnAttempts:
     size_signatures: set[str] = field(default_factory=set)
     blocked: int = 0
     route_open: bool = False  # an experiment of this turn passed: the route is not what refuses
+    last_try: bool = False  # the request known to fail only by the model's resolution was sent
 
     def accepted(self) -> bool:
         """The gateway accepted a request: what the turn risked undoing is settled. True when
@@ -218,7 +219,7 @@ def answer_rejection(
             )
         turn.size_signatures.add(judged.signature)
         adopt_gateway(conv, judged.model)
-        error = _floor_error(conv, turn, failure, request.max_tokens, warn=True)
+        error = _floor_error(conv, turn, failure, request.max_tokens, warn=True, strict=turn.last_try)
         if error is not None:
             yield from _ask_route(conv, turn, judged, request)
             raise error from exc
@@ -239,6 +240,8 @@ def answer_rejection(
         retry = yield from prepare_request(conv, turn.max_tokens, cancel, fill=fill)
         if _known_failure(conv, retry) is None:
             return retry
+    if judged.verdict is Verdict.SIZE_LIMIT and retry is not request and _last_try(conv, turn, retry):
+        return retry
     # Compaction did all it could: when its smallest request is still as large as a rejected one,
     # the floor diagnosis says so (whatever the cap strategy: the evidence is the same).
     retry_size = request_bytes(conv, retry)
@@ -266,6 +269,8 @@ def refuse_known_failure(conv: Conversation, turn: TurnAttempts, request: ChatRe
     size, why = known
     if why == Verdict.CONTENT_BLOCK:
         raise _content_block_error(conv, turn, size, None)
+    if why == Verdict.SIZE_LIMIT and _last_try(conv, turn, request):
+        return
     if why == Verdict.SIZE_LIMIT:
         error = _floor_error(conv, turn, None, request.max_tokens, smallest=size)
         if error is not None:
@@ -547,6 +552,25 @@ def _learn_window(conv: Conversation, failure: Failure, request: ChatRequest) ->
 # -- what is known to fail ------------------------------------------------------------------------------
 
 
+def _last_try(conv: Conversation, turn: TurnAttempts, request: ChatRequest) -> bool:
+    """True, once per turn, when ``request`` is known to fail only by the gateway model's resolution:
+    smaller than every size-consistent rejection (SPEC §11 never resends at or above one), within a
+    hair of the smallest, and no body already refused. Compaction can make nothing smaller, so it
+    is sent rather than the turn failed on a floor that is not really over the limit; refused, it
+    becomes the smallest rejection and the floor diagnosis speaks."""
+    if turn.last_try:
+        return False
+    gateway = conv.gateway
+    size = request_bytes(conv, request)
+    rejected = gateway.smallest_rejected
+    if rejected is None or size >= rejected or not gateway.known_too_large(size):
+        return False
+    if gateway.refusal(size, lambda: request_body_key(conv, request)) is not None:
+        return False
+    turn.last_try = True
+    return True
+
+
 def _known_failure(conv: Conversation, request: ChatRequest) -> tuple[int, str] | None:
     """(size, why) when ``request`` is known to fail — too large, or a refused body — else None."""
     size = request_bytes(conv, request)
@@ -566,11 +590,14 @@ def _floor_error(
     *,
     smallest: int | None = None,
     warn: bool = False,
+    strict: bool = True,
 ) -> PayloadFloorError | None:
     """The floor diagnosis (SPEC §6.2, §11) against the smallest rejected size, in real bytes.
 
     ``smallest`` is the smallest request compaction produced, when it did; else the
-    least any compaction could leave is measured. Returns the error to raise (the
+    least any compaction could leave is measured. ``strict`` counts a request within the
+    gateway model's resolution below the rejection as over (:attr:`GatewayModel.hard_limit`);
+    without it only one at or above the rejection is. Returns the error to raise (the
     history goes back to before this turn's recovery), or None — after the ``⚠``
     warning when ``warn``.
     """
@@ -584,7 +611,7 @@ def _floor_error(
         system_bytes=alone,
         tools_bytes=with_tools - alone,
         rejected_bytes=rejected,
-        limit_bytes=conv.gateway.hard_limit,
+        limit_bytes=conv.gateway.hard_limit if strict else None,
         smallest=smallest
         if smallest is not None
         else lambda: history_request_bytes(conv, least_history(conv.history, conv.policy), max_tokens),

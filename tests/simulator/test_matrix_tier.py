@@ -7,7 +7,7 @@ scenario) runs in ``bench/bench_matrix.py``. The cells are chosen by what they e
 full-screen images inside summarized ranges (``screens-600k``), token-dense text
 (``dense-text-400k``: CJK, emoji, base64, minified code), and each fault family — body caps
 (413, tight caps), WAF pages, resets and 503s, content blocks, context overflows, a floor too big,
-431, 429, truncated answers, a refusing summarizer.
+431, 429, truncated answers, a refusing summarizer — and cells the whole matrix once found broken.
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ CELLS = [
     ("coding-120k", "waf-content-block-right-after-a-413"),
     ("coding-120k", "floor-too-big"),
     ("swe-agent-fc-ledgerline", "tight-cap-1.2x-system-prompt"),
+    # found by the whole matrix: the smallest request a hair (< 0.5 %) under a rejection, which the
+    # gateway accepts (sent once, not a floor), and a content block whose withheld message has an image
+    ("images-2m", "corporate-128k-waf"),
+    ("images-2m", "waf-content-block-under-learned-cap"),
 ]
 
 
