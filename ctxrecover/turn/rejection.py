@@ -555,15 +555,20 @@ def _learn_window(conv: Conversation, failure: Failure, request: ChatRequest) ->
 def _last_try(conv: Conversation, turn: TurnAttempts, request: ChatRequest) -> bool:
     """True, once per turn, when ``request`` is known to fail only by the gateway model's resolution:
     smaller than every size-consistent rejection (SPEC §11 never resends at or above one), within a
-    hair of the smallest, and no body already refused. Compaction can make nothing smaller, so it
-    is sent rather than the turn failed on a floor that is not really over the limit; refused, it
-    becomes the smallest rejection and the floor diagnosis speaks."""
+    hair of the smallest, on a gateway that has accepted a request (the limit lies between the
+    largest accepted size and that rejection), and no body already refused. Compaction can make
+    nothing smaller, so it is sent rather than the turn failed on a floor that may not be over the
+    limit: a growing conversation crosses a limit by a few bytes, so its first rejection sits just
+    above it, while a first request refused tells nothing of where below it the limit is. Refused,
+    it becomes the smallest rejection and the floor diagnosis speaks."""
     if turn.last_try:
         return False
     gateway = conv.gateway
     size = request_bytes(conv, request)
     rejected = gateway.smallest_rejected
     if rejected is None or size >= rejected or not gateway.known_too_large(size):
+        return False
+    if not gateway.largest_accepted:
         return False
     if gateway.refusal(size, lambda: request_body_key(conv, request)) is not None:
         return False
