@@ -193,6 +193,8 @@ class _Compiled:
 #: blanks (an experiment's padding). Runs longer than this are shortened for the ``rx`` operator only —
 #: no CRS expression needs more blanks in a row to match; lengths and counts see the real value.
 BLANK_RUN_LIMIT = 256
+#: Chars of values whose rule verdicts an :class:`AnomalyScorer` remembers across requests.
+VERDICT_CACHE_CHARS = 64 * 1024 * 1024
 _LONG_BLANKS = re.compile(rf"\s{{{BLANK_RUN_LIMIT + 1},}}")
 
 
@@ -384,6 +386,10 @@ class AnomalyScorer:
         json_body: bool = True,
     ) -> None:
         self.paranoia, self.threshold, self.json_body = paranoia, threshold, json_body
+        # Each rule's verdict on each value, kept across requests: a conversation resends its history,
+        # so a request costs what is new in it. Cleared whole past VERDICT_CACHE_CHARS of values.
+        self._verdicts: dict[tuple[int, str], bool] = {}
+        self._cached_chars = 0
         tx = tx or {}
         self._rules: list[tuple[_Compiled, tuple[_Compiled, ...]]] = []
         unsupported: list[str] = []
@@ -412,13 +418,25 @@ class AnomalyScorer:
             return None
         return _Compiled(rule, operator, steps)
 
+    def _test(self, compiled: _Compiled, value: str, stages: Stages) -> bool:
+        """``compiled.test(value)``, remembered (a verdict depends on the rule and the value alone)."""
+        key = (id(compiled), value)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = compiled.test(value, stages)
+            if self._cached_chars + len(value) > VERDICT_CACHE_CHARS:
+                self._verdicts, self._cached_chars = {}, 0
+            self._verdicts[key] = verdict
+            self._cached_chars += len(value)
+        return verdict
+
     def score(self, request: httpx.Request) -> Verdict:
         """The anomaly score of ``request`` and what matched."""
         variables = _Request.of(request, json_body=self.json_body)
         stages: Stages = {}
         matches: list[Match] = []
         for first, chain in self._rules:
-            hits = [v for v in variables.values(first.targets) if first.test(v[1], stages)]
+            hits = [v for v in variables.values(first.targets) if self._test(first, v[1], stages)]
             if not hits:
                 continue
             if not chain:
@@ -426,7 +444,9 @@ class AnomalyScorer:
                 continue
             matched = hits
             for link in chain:
-                matched = [v for v in variables.values(link.targets, matched) if link.test(v[1], stages)]
+                matched = [
+                    v for v in variables.values(link.targets, matched) if self._test(link, v[1], stages)
+                ]
                 if not matched:
                     break
             if matched:

@@ -42,6 +42,23 @@ def test_every_matching_value_adds_its_score_so_fragments_block_together() -> No
     }
 
 
+def test_a_growing_conversation_scores_the_same_with_verdicts_kept_across_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from simulator.proxy import anomaly
+
+    turns = ["plain words", "cat -n src/main.py | head -40", "SELECT a FROM b UNION SELECT c FROM d", "ok"]
+    kept = AnomalyScorer.bundled(paranoia=1, threshold=10)
+    for n in range(1, len(turns) + 1):
+        request = chat(*turns[:n])
+        assert kept.score(request) == AnomalyScorer.bundled(paranoia=1, threshold=10).score(request)
+    assert kept._verdicts  # the earlier turns' verdicts were remembered, not recomputed
+    monkeypatch.setattr(anomaly, "VERDICT_CACHE_CHARS", 64)  # bounded: past the limit it starts over
+    small = AnomalyScorer.bundled(paranoia=1, threshold=10)
+    verdict = small.score(chat(*turns))
+    assert verdict == kept.score(chat(*turns)) and small._cached_chars <= 64
+
+
 def test_rules_above_the_paranoia_level_do_not_run() -> None:
     request = chat('{"command": "grep -rn TODO src/ | wc -l"}')
     assert AnomalyScorer.bundled(paranoia=1).score(request).score == 0
