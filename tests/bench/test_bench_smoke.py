@@ -254,8 +254,8 @@ def test_run_writes_one_key_per_measure_and_keeps_the_prose(
 
 def test_run_rejects_an_unknown_benchmark_id(bench: Any) -> None:
     runner = bench("run")
-    with pytest.raises(SystemExit, match="unknown benchmark P10"):
-        runner.main(["--only", "P10"])
+    with pytest.raises(SystemExit, match="unknown benchmark P11"):
+        runner.main(["--only", "P11"])
 
 
 def test_classify_peers_bench_scores_ctxrecover_and_reports_a_missing_peer(
