@@ -144,7 +144,6 @@ class TurnAttempts:
     size_signatures: set[str] = field(default_factory=set)
     blocked: int = 0
     route_open: bool = False  # an experiment of this turn passed: the route is not what refuses
-    last_try: bool = False  # the request known to fail only by the model's resolution was sent
 
     def accepted(self) -> bool:
         """The gateway accepted a request: what the turn risked undoing is settled. True when
@@ -219,7 +218,7 @@ def answer_rejection(
             )
         turn.size_signatures.add(judged.signature)
         adopt_gateway(conv, judged.model)
-        error = _floor_error(conv, turn, failure, request.max_tokens, warn=True, strict=turn.last_try)
+        error = _floor_error(conv, turn, failure, request.max_tokens, warn=True)
         if error is not None:
             yield from _ask_route(conv, turn, judged, request)
             raise error from exc
@@ -240,8 +239,6 @@ def answer_rejection(
         retry = yield from prepare_request(conv, turn.max_tokens, cancel, fill=fill)
         if _known_failure(conv, retry) is None:
             return retry
-    if judged.verdict is Verdict.SIZE_LIMIT and retry is not request and _last_try(conv, turn, retry):
-        return retry
     # Compaction did all it could: when its smallest request is still as large as a rejected one,
     # the floor diagnosis says so (whatever the cap strategy: the evidence is the same).
     retry_size = request_bytes(conv, retry)
@@ -269,7 +266,7 @@ def refuse_known_failure(conv: Conversation, turn: TurnAttempts, request: ChatRe
     size, why = known
     if why == Verdict.CONTENT_BLOCK:
         raise _content_block_error(conv, turn, size, None)
-    if why == Verdict.SIZE_LIMIT and _last_try(conv, turn, request):
+    if why == Verdict.SIZE_LIMIT and _worth_sending(conv, request):
         return
     if why == Verdict.SIZE_LIMIT:
         error = _floor_error(conv, turn, None, request.max_tokens, smallest=size)
@@ -552,28 +549,19 @@ def _learn_window(conv: Conversation, failure: Failure, request: ChatRequest) ->
 # -- what is known to fail ------------------------------------------------------------------------------
 
 
-def _last_try(conv: Conversation, turn: TurnAttempts, request: ChatRequest) -> bool:
-    """True, once per turn, when ``request`` is known to fail only by the gateway model's resolution:
+def _worth_sending(conv: Conversation, request: ChatRequest) -> bool:
+    """True when a turn's first request is known to fail only by the gateway model's resolution:
     smaller than every size-consistent rejection (SPEC §11 never resends at or above one), within a
-    hair of the smallest, on a gateway that has accepted a request (the limit lies between the
-    largest accepted size and that rejection), and no body already refused. Compaction can make
-    nothing smaller, so it is sent rather than the turn failed on a floor that may not be over the
-    limit: a growing conversation crosses a limit by a few bytes, so its first rejection sits just
-    above it, while a first request refused tells nothing of where below it the limit is. Refused,
-    it becomes the smallest rejection and the floor diagnosis speaks."""
-    if turn.last_try:
-        return False
+    hair of the smallest, and no body already refused. It is sent rather than the turn failed on a
+    floor that may not be over the limit: a growing conversation crosses a limit by a few bytes, so
+    its first rejection sits just above it. Refused, it becomes the smallest rejection and the floor
+    diagnosis speaks (within the turn, the ladder never sends such a retry)."""
     gateway = conv.gateway
     size = request_bytes(conv, request)
     rejected = gateway.smallest_rejected
-    if rejected is None or size >= rejected or not gateway.known_too_large(size):
+    if rejected is None or size >= rejected:
         return False
-    if not gateway.largest_accepted:
-        return False
-    if gateway.refusal(size, lambda: request_body_key(conv, request)) is not None:
-        return False
-    turn.last_try = True
-    return True
+    return gateway.refusal(size, lambda: request_body_key(conv, request)) is None
 
 
 def _known_failure(conv: Conversation, request: ChatRequest) -> tuple[int, str] | None:
@@ -595,14 +583,11 @@ def _floor_error(
     *,
     smallest: int | None = None,
     warn: bool = False,
-    strict: bool = True,
 ) -> PayloadFloorError | None:
     """The floor diagnosis (SPEC §6.2, §11) against the smallest rejected size, in real bytes.
 
     ``smallest`` is the smallest request compaction produced, when it did; else the
-    least any compaction could leave is measured. ``strict`` counts a request within the
-    gateway model's resolution below the rejection as over (:attr:`GatewayModel.hard_limit`);
-    without it only one at or above the rejection is. Returns the error to raise (the
+    least any compaction could leave is measured. Returns the error to raise (the
     history goes back to before this turn's recovery), or None — after the ``⚠``
     warning when ``warn``.
     """
@@ -616,7 +601,7 @@ def _floor_error(
         system_bytes=alone,
         tools_bytes=with_tools - alone,
         rejected_bytes=rejected,
-        limit_bytes=conv.gateway.hard_limit if strict else None,
+        limit_bytes=conv.gateway.hard_limit,
         smallest=smallest
         if smallest is not None
         else lambda: history_request_bytes(conv, least_history(conv.history, conv.policy), max_tokens),

@@ -35,9 +35,9 @@ CELLS = [
     ("coding-120k", "waf-content-block-right-after-a-413"),
     ("coding-120k", "floor-too-big"),
     ("swe-agent-fc-ledgerline", "tight-cap-1.2x-system-prompt"),
-    # found by the whole matrix: the smallest request a hair (< 0.5 %) under a rejection, which the
-    # gateway accepts (sent once, not a floor) — but not after a first request refused, where nothing
-    # bounds the limit from below — and a content block whose withheld message has an image
+    # found by the whole matrix: a turn's first request a hair (< 0.5 %) under a rejection, which the
+    # gateway accepts (sent, not a floor), a first request refused whose retry within the ladder is not
+    # sent a hair under it, and a content block whose withheld message has an image
     ("images-2m", "corporate-128k-waf"),
     ("images-2m", "tight-cap-1.2x-system-prompt"),
     ("swe-agent-fc-ledgerline", "floor-too-big"),
