@@ -388,7 +388,7 @@ class AnomalyScorer:
         self.paranoia, self.threshold, self.json_body = paranoia, threshold, json_body
         # Each rule's verdict on each value, kept across requests: a conversation resends its history,
         # so a request costs what is new in it. Cleared whole past VERDICT_CACHE_CHARS of values.
-        self._verdicts: dict[tuple[int, str], bool] = {}
+        self._verdicts: dict[str, dict[int, bool]] = {}  # value → the verdict of each rule run on it
         self._cached_chars = 0
         tx = tx or {}
         self._rules: list[tuple[_Compiled, tuple[_Compiled, ...]]] = []
@@ -420,14 +420,15 @@ class AnomalyScorer:
 
     def _test(self, compiled: _Compiled, value: str, stages: Stages) -> bool:
         """``compiled.test(value)``, remembered (a verdict depends on the rule and the value alone)."""
-        key = (id(compiled), value)
-        verdict = self._verdicts.get(key)
-        if verdict is None:
-            verdict = compiled.test(value, stages)
+        verdicts = self._verdicts.get(value)
+        if verdicts is None:
             if self._cached_chars + len(value) > VERDICT_CACHE_CHARS:
                 self._verdicts, self._cached_chars = {}, 0
-            self._verdicts[key] = verdict
-            self._cached_chars += len(value)
+            verdicts = self._verdicts[value] = {}
+            self._cached_chars += len(value)  # each value counted once, whatever the rules run on it
+        verdict = verdicts.get(id(compiled))
+        if verdict is None:
+            verdict = verdicts[id(compiled)] = compiled.test(value, stages)
         return verdict
 
     def score(self, request: httpx.Request) -> Verdict:
