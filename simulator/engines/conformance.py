@@ -8,6 +8,13 @@ for an answer before it sends the rest), whether the gateway **closed** the conn
 answering, and whether the client met a **reset** (a refused write or a reset read). The answer
 of a dropped connection has no status.
 
+Whether a write is refused is a race: a gateway that answers early and closes with the body unread
+resets the connection, but a client whose kernel buffers took the rest of the body before that close
+sees no refused write. The client's send buffer for the rest of a body held back is therefore fixed
+and small (64 KiB), and after a complete answer on a closed connection the client reads once more
+(up to 2 s for the close the answer announced): a reset there is the same reset, a clean end of
+stream a gateway that read or discarded the body before it closed.
+
 :func:`imitation_server` serves an engine's :meth:`~simulator.engines.base.Engine.imitation` in
 front of the same upstream, so one request can be observed through both (:func:`compare`).
 """
@@ -41,7 +48,12 @@ __all__ = [
 EARLY_WAIT_S = 1.5  # how long the client holds the rest of the body back, waiting for an early answer
 READ_TIMEOUT_S = 20.0
 CLOSE_WAIT_S = 0.3  # after a complete answer: does the gateway close the connection? (it does so at once)
+RESET_WAIT_S = 2.0  # after an answer that says it closes: how long the client waits to see how it closes
 SEND_CHUNK = 64 * 1024
+# The client's send buffer for the rest of a body held back: fixed, so the kernel cannot take that rest off
+# the client before the gateway reads it, and whether the client is still sending when the gateway closes
+# does not depend on the machine's TCP settings.
+SEND_BUFFER_BYTES = 64 * 1024
 # The headers every observed request carries besides Host and Content-Length (what the rules see too).
 CONFORMANCE_HEADERS = {"content-type": "application/json", "user-agent": "ctxsim-conformance"}
 
@@ -128,6 +140,7 @@ def observe_body(
             sock.sendall(head + body[:first])
             if first < len(body):
                 early = _readable(sock, EARLY_WAIT_S)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
             for offset in range(first, len(body), SEND_CHUNK):
                 sock.sendall(body[offset : offset + SEND_CHUNK])
         except (BrokenPipeError, ConnectionResetError):
@@ -151,6 +164,8 @@ def observe_body(
                     break
             if check_close and done and not closed and _readable(sock, CLOSE_WAIT_S):
                 closed = sock.recv(1) == b""
+            elif check_close and done and not reset and _readable(sock, RESET_WAIT_S):
+                sock.recv(1)  # a gateway that closes with the body unread resets: the read says so
         except ConnectionResetError:
             reset = True
         except (h11.RemoteProtocolError, TimeoutError, OSError):

@@ -260,17 +260,35 @@ class HttpConnection:
 
     async def fault_reply(self, reply: Reply, *, linger: bool = True) -> None:
         """Answer with ``Connection: close``; drain an unread body so the client sees the answer
-        (``linger``), or close at once as HAProxy and Squid do (a client still sending is reset)."""
+        (``linger``), or close at once as HAProxy and Squid do, dropping only what already came (a
+        client still sending is reset)."""
         try:
             await self.send(reply, close=True)
         except h11.LocalProtocolError:
             return  # the request was too broken to answer
         if not linger:
+            self._drop_pending()
             self.writer.close()
             return
         if self.h11.their_state is not h11.DONE and self.writer.can_write_eof():
             self.writer.write_eof()
             await self.wait_for_eof(LINGER_S)
+
+    def _drop_pending(self) -> None:
+        """Read and drop what the kernel already holds of the body, without waiting. Closing with it
+        unread would reset a client that has sent its whole body; the real HAProxy, Squid and Caddy
+        answer one such body without a reset (the engines' conformance test), and reset only a client
+        still sending after the close."""
+        transport_socket = self.writer.get_extra_info("socket")
+        if transport_socket is None:
+            return
+        with transport_socket.dup() as sock:
+            budget = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+            try:
+                while budget > 0 and (data := sock.recv(READ_CHUNK_BYTES, socket.MSG_DONTWAIT)):
+                    budget -= len(data)
+            except OSError:  # nothing more pending, or the client reset first
+                pass
 
     def reset(self) -> None:
         """Close with a TCP RST (SO_LINGER on, timeout 0) instead of a FIN."""
