@@ -15,11 +15,12 @@ CRS now and then). The synthetic transcripts are left out: their generated syste
 (what ``crs-system-prompt-blocked`` shows on its own workload).
 
 For each **content episode** (:func:`simulator.research.oracle.oracle_episodes` whose every limit
-was settled as content) it reports blocked requests ÷ (1 + ⌈log2 n⌉): the mean and the maximum over
+was settled as content) it reports blocked requests ÷ the oracle: the mean and the maximum over
 all episodes (target: ≤ 1 for each), the episodes over it, and the chars lost (the exact loss
 ledger: 0). Each episode also counts its **culprits** — the parts kept out in its turn (withheld by
-the session, or set aside by the replay once the session's blocked-request budget was spent): the
-bound is for one culprit, and a second one is only met once the first is out. Episodes where a
+the session, or set aside by the replay once the session's blocked-request budget was spent): each
+culprit after the first is met as a new block, the resend without those found so far refused again,
+so the oracle sums 1 + ⌈log2 (n − j)⌉ over them (j from 0). Episodes where a
 content block met another limit on the way (a 413 first, say) are counted apart. Run it with
 ``python bench/bench_content.py`` (``--quick``: the fast cases only); ``run()`` returns the measures.
 """
@@ -32,12 +33,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ctxrecover.events import Notice
-from ctxrecover.recovery import CONTENT_WITHHELD_CODE
 from simulator.proxy.faults import AnomalyWaf
 from simulator.proxy.scenario import list_scenarios, load_scenario
 from simulator.replay import ReplayResult, replay
-from simulator.research.oracle import oracle_episodes
+from simulator.research.oracle import culprits_kept_out, oracle_episodes
 from simulator.workloads import FORMAT_FIXTURES_DIR, TRANSCRIPT_SUFFIXES
 
 TARGET_RATIO = 1.0
@@ -62,16 +61,6 @@ def format_fixtures() -> list[str]:
     )
 
 
-def _culprits(result: ReplayResult, turn: int) -> int:
-    """The parts found and kept out in ``turn``: withheld by the session, or set aside by the replay
-    after the session gave up (its blocked-request budget spent)."""
-    withheld = sum(
-        isinstance(e.item, Notice) and e.item.code == CONTENT_WITHHELD_CODE and e.turn == turn
-        for e in result.events
-    )
-    return withheld + sum(block.turn == turn for block in result.content_blocks)
-
-
 def _episode_row(scenario: str, transcript: str, result: ReplayResult, episode: Any) -> dict[str, Any]:
     return {
         "scenario": scenario,
@@ -79,7 +68,7 @@ def _episode_row(scenario: str, transcript: str, result: ReplayResult, episode: 
         "turn": episode.turn,
         "candidates": [s.candidates for s in episode.signals],
         "limits": [s.reading or s.kind for s in episode.signals],
-        "culprits": _culprits(result, episode.turn),
+        "culprits": culprits_kept_out(result, episode.turn),
         "blocked": episode.rejected,
         "oracle": episode.oracle,
         "ratio": episode.rejected / episode.oracle,
@@ -122,7 +111,9 @@ def run(
     ratios = [e["ratio"] for e in episodes]
     worst = max(ratios, default=None)
     return {
-        "benchmark": "P9 blocked requests per content episode ÷ (1 + ⌈log2 n⌉), anomaly-scored WAF",
+        "benchmark": (
+            "P9 blocked requests per content episode ÷ (1 + ⌈log2 n⌉) per block met, anomaly-scored WAF"
+        ),
         "scenarios": names,
         "transcripts": fixtures,
         "runs": runs,

@@ -18,7 +18,9 @@ SPEC, per limit an episode meets (:data:`ORACLE_RULES`, each with its section):
   retry as it was (§2.4, §11), and **1** for later ones, which are payload evidence at once (§11);
 - **a content block** among ``n`` candidate parts — the parts new since the last accepted request
   (§12's first tier, :func:`content_candidates`): **1 + ⌈log2 n⌉**, the blocked requests delta
-  debugging needs for one culprit among ``n`` (§12);
+  debugging needs for one culprit among ``n`` (§12). A turn whose search kept out ``k`` culprits met
+  ``k`` blocks: the first, and each resend without the culprits found so far refused again, the
+  ``j``-th (from 0) among the ``n − j`` parts left: **Σ (1 + ⌈log2 (n − j)⌉)** for j < k;
 - **a policy block**, or **a refused base** (the minimal request or the system prompt alone refused):
   **2** — the block, and the one experiment every lawful policy must send to tell it from size and
   content, refused too (§12).
@@ -31,8 +33,9 @@ the library gave (:data:`BLOCK_READINGS`); without one it was read as size.
 
 >>> oracle_rejections([Signal("payload_too_large"), Signal("transient_network"),
 ...                    Signal("transient_network"), Signal("waf_rejection", "content", 5),
-...                    Signal("waf_rejection"), Signal("waf_rejection")])
-[1, 2, 1, 4, 2, 1]
+...                    Signal("waf_rejection"), Signal("waf_rejection"),
+...                    Signal("waf_rejection", "content", 4, culprits=2)])
+[1, 2, 1, 4, 2, 1, 6]
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ __all__ = [
     "OracleEpisode",
     "Signal",
     "content_candidates",
+    "culprits_kept_out",
     "fewest_rejected",
     "oracle_episodes",
     "oracle_rejections",
@@ -81,7 +85,10 @@ ORACLE_RULES: Mapping[str, tuple[str, str]] = MappingProxyType(
         ),
         "ambiguous_first": ("2: the rejection and one plain retry", "§2.4, §11 size-correlated failures"),
         "ambiguous_later": ("1: payload evidence at once", "§11 size-correlated failures"),
-        "content": ("1 + ⌈log2 n⌉ for one culprit among n new parts", "§12 find the culprit"),
+        "content": (
+            "1 + ⌈log2 n⌉ for one culprit among n new parts; per block met, for each culprit kept out",
+            "§12 find the culprit",
+        ),
         "policy_or_floor": ("2: the block and the refused minimal request", "§12 three hypotheses"),
     }
 )
@@ -104,7 +111,8 @@ BLOCK_READINGS: Mapping[str, str] = MappingProxyType(
 class Signal:
     """One limit an episode met: the failure kind it was first rejected with; for a block page the
     ``reading`` that settled it (:data:`BLOCK_READINGS`, None for a size reading); for a content block
-    the ``candidates`` (parts new since the last accepted request) its culprit was among; the
+    the ``candidates`` (parts new since the last accepted request) its culprits were among and the
+    ``culprits`` its turn kept out (at least 1: each is a block met, module docstring); the
     ``signature`` (:func:`ctxrecover.recovery.failure_signature`) that tells one page or network
     failure from another ("" when unknown: the kind stands for it)."""
 
@@ -112,6 +120,7 @@ class Signal:
     reading: str | None = None
     candidates: int = 0
     signature: str = ""
+    culprits: int = 1
 
     @property
     def key(self) -> tuple[str, str | None]:
@@ -123,7 +132,10 @@ def fewest_rejected(signal: Signal, *, first_of_kind: bool) -> int:
     """The fewest rejected requests a lawful policy needs for ``signal`` (:data:`ORACLE_RULES`);
     ``first_of_kind``: no earlier limit of the session had the signal's :attr:`Signal.key`."""
     if signal.reading == "content":
-        return 1 + math.ceil(math.log2(max(1, signal.candidates)))
+        return sum(
+            1 + math.ceil(math.log2(max(1, signal.candidates - found)))
+            for found in range(max(1, signal.culprits))
+        )
     if signal.reading in ("policy", "floor"):
         return 2
     if signal.kind in AMBIGUOUS_KINDS or signal.kind in BLOCK_KINDS:
@@ -165,6 +177,16 @@ def content_candidates(result: ReplayResult, turn: int) -> int:
     if turn > 0:
         fresh = [turns[turn - 1].reply, *turns[turn - 1].followers, *fresh]
     return len(parts_of(fresh, range(len(fresh))))
+
+
+def culprits_kept_out(result: ReplayResult, turn: int) -> int:
+    """The parts found and kept out in 0-based ``turn``: withheld by the session (its notices), or set
+    aside by the replay after the session gave up (its blocked-request budget spent)."""
+    withheld = sum(
+        isinstance(e.item, Notice) and e.item.code == CONTENT_WITHHELD_CODE and e.turn == turn
+        for e in result.events
+    )
+    return withheld + sum(block.turn == turn for block in result.content_blocks)
 
 
 def _spans(records: Iterable[AttemptRecord]) -> list[list[AttemptRecord]]:
@@ -210,8 +232,14 @@ def _signals(result: ReplayResult, span: Sequence[AttemptRecord], readings: Sequ
     signals = []
     for kind, signature in found:
         if kind in BLOCK_KINDS and reading is not None:
-            candidates = content_candidates(result, span[0].turn) if reading == "content" else 0
-            signals.append(Signal(kind, reading, candidates, signature))
+            if reading == "content":
+                turn = span[0].turn
+                found_parts = culprits_kept_out(result, turn)
+                signals.append(
+                    Signal(kind, reading, content_candidates(result, turn), signature, found_parts)
+                )
+            else:
+                signals.append(Signal(kind, reading, signature=signature))
         else:
             signals.append(Signal(kind, signature=signature))
     return signals

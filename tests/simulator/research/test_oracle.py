@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from simulator.replay import replay
@@ -10,6 +12,7 @@ from simulator.research.oracle import (
     ORACLE_RULES,
     Signal,
     content_candidates,
+    culprits_kept_out,
     fewest_rejected,
     oracle_episodes,
     oracle_rejections,
@@ -39,6 +42,11 @@ from simulator.workloads import split_turns
         (Signal("waf_rejection", "content", 16), True, 5),
         (Signal("waf_rejection", "content", 17), True, 6),
         (Signal("waf_rejection", "content", 5), False, 4),  # each block is searched afresh
+        # k culprits kept out: k blocks, the j-th among the n - j parts left (the resend refused again)
+        (Signal("waf_rejection", "content", 2, culprits=2), True, 2 + 1),
+        (Signal("waf_rejection", "content", 4, culprits=2), True, 3 + 3),
+        (Signal("waf_rejection", "content", 6, culprits=3), True, 4 + 4 + 3),
+        (Signal("waf_rejection", "content", 3, culprits=0), True, 3),  # none kept out: still one block
         (Signal("waf_rejection", "policy"), True, 2),  # §12: the minimal request is refused too
         (Signal("waf_rejection", "floor"), True, 2),
     ],
@@ -177,3 +185,15 @@ def test_versus_oracle_sums_rejected_and_oracle_over_every_episode() -> None:
     assert summary["mean_rejected"] == summary["rejected"] / 3
     assert summary["over_oracle"] == [r for r in rows if r["rejected"] > r["oracle"]]
     assert set(summary["by_kind"]) == {r["kind"] for r in rows}
+
+
+def test_a_turn_that_keeps_out_two_culprits_is_held_to_two_blocks() -> None:
+    """CRS trips on two parts of claude-code-tidy-dry-run's turn 2: the resend without the first culprit
+    is refused again, a second block among the parts left."""
+    result = replay("claude-code-tidy-dry-run", "crs-agent-content-withheld")
+    (episode,) = [e for e in oracle_episodes(result) if e.turn == 2]
+    (signal,) = episode.signals
+    assert (signal.reading, signal.culprits) == ("content", culprits_kept_out(result, 2)) == ("content", 2)
+    n = signal.candidates
+    assert episode.oracle == (1 + math.ceil(math.log2(n))) + (1 + math.ceil(math.log2(n - 1)))
+    assert episode.rejected <= episode.oracle
