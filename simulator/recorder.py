@@ -26,7 +26,10 @@ Conventions (see :data:`simulator.research.metrics.OUTCOMES`):
   when the turn gives up right after it;
 - every refused attempt's failure signature (``kind:status:page fingerprint``, the gateway model's key:
   :func:`ctxrecover.recovery.failure_signature`) is kept by ``(turn, attempt)`` in
-  :attr:`Recorder.signatures`, so the oracle of rejected requests tells one block page from another;
+  :attr:`Recorder.signatures`, so the oracle of rejected requests tells one block page from another,
+  and beside it, in :attr:`Recorder.fresh_parts`, how many of the request's parts the last accepted
+  request did not carry as they are (new messages, and new forms of old ones: a summary, a preview) —
+  the candidates a content rule's culprit is among (SPEC §12's first tier);
 - a content block the replay answers by setting the refused message aside
   (:meth:`Recorder.content_block`) leaves the rejection pending as ``rejected:<kind>``, and the
   compaction a misreading of it did (undone by the session) is not counted as a recovery.
@@ -47,6 +50,7 @@ from ctxrecover.errors import ContentBlockedError, PayloadFloorError, RecoveryEr
 from ctxrecover.events import Event, Notice, PostCompact, PreCompact, SessionStats, StatusEvent
 from ctxrecover.messages import Message
 from ctxrecover.passes.history_index import SizedHistory
+from ctxrecover.passes.withhold import part_keys, parts_of
 from ctxrecover.recovery import CONTENT_WITHHELD_CODE, body_key, failure_signature, response_text
 from ctxrecover.session import Session
 from ctxrecover.sizes import total_weight
@@ -180,6 +184,15 @@ class Pending:
     notices: list[str] = field(default_factory=list)
 
 
+def fresh_part_count(request: Sequence[Message], accepted: Sequence[Message]) -> int:
+    """The parts of ``request`` (:func:`ctxrecover.passes.withhold.parts_of`) that ``accepted`` did not
+    carry as they are now, compared by content key: new messages, and new forms of old ones."""
+    carried = {key for part in parts_of(accepted, range(len(accepted))) for key in part_keys(accepted, part)}
+    return sum(
+        not carried.issuperset(part_keys(request, part)) for part in parts_of(request, range(len(request)))
+    )
+
+
 class Recorder:
     """Turns session events and sender calls into AttemptRecords (one replay, one recorder)."""
 
@@ -217,6 +230,9 @@ class Recorder:
         self.recovery_level = 0
         self.rejected_keys: set[str] = set()  # body keys rejected on this turn
         self.signatures: dict[tuple[int, int], str] = {}  # (turn, attempt) → failure signature
+        self.fresh_parts: dict[tuple[int, int], int] = {}  # (turn, attempt) → parts not accepted before
+        self.sending: Sequence[Message] = ()  # the messages of the request being sent
+        self.last_accepted: Sequence[Message] = ()  # the messages of the last request answered
         self.turn_cap: int | None = None
         self.content_blocks: list[ContentBlock] = []
         self.withheld = 0  # parts the session withheld as refused content (its notices)
@@ -298,6 +314,7 @@ class Recorder:
         self.in_failure = False
         self.experiment = request.purpose == "experiment"
         self.attempt += 1
+        self.sending = request.messages
         if self.level is not None:
             self.ledger.observe(self.session.history)
             self.lost = self.ledger.losses.total
@@ -359,6 +376,7 @@ class Recorder:
         if self.experiment:
             self._record(fields, [], EXPERIMENT_PASSED)
             return
+        self.last_accepted = self.sending
         if response.truncated:
             outcome, fields["failure_kind"] = "truncated", "output_truncated"
         elif self.recoveries:
@@ -379,6 +397,8 @@ class Recorder:
         )
         fields["failure_kind"] = failure.kind.value
         self.signatures[(self.turn, self.attempt)] = failure_signature(failure, response_text(error))
+        if not self.experiment:
+            self.fresh_parts[(self.turn, self.attempt)] = fresh_part_count(self.sending, self.last_accepted)
         outcome = EXPERIMENT_BLOCKED if self.experiment else f"rejected:{failure.kind.value}"
         self.pending = Pending(fields, outcome)
         self.in_failure = True

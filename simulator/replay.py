@@ -139,7 +139,9 @@ class ReplayResult:
     <simulator.proxy.scenario.Scenario.fitted>`: a planted turn beyond it moved to its last turn);
     ``scenario`` is the scenario as it ran. ``floor`` is what a ``fail_fast_floor`` named.
     ``signatures`` maps each refused attempt's ``(turn, attempt)`` to its failure signature
-    (:func:`ctxrecover.recovery.failure_signature`: kind, status, page fingerprint).
+    (:func:`ctxrecover.recovery.failure_signature`: kind, status, page fingerprint);
+    ``fresh_parts`` each refused request's (experiments aside) to the number of its parts the last
+    accepted request did not carry as they are (:func:`simulator.recorder.fresh_part_count`).
     """
 
     run_id: str
@@ -171,6 +173,7 @@ class ReplayResult:
     notes: tuple[str, ...] = ()
     floor: FloorFailure | None = None
     signatures: Mapping[tuple[int, int], str] = dataclasses.field(default_factory=dict)
+    fresh_parts: Mapping[tuple[int, int], int] = dataclasses.field(default_factory=dict)
 
     @cached_property
     def frame(self) -> pd.DataFrame:
@@ -468,6 +471,7 @@ def replay(
         withheld=recorder.withheld,
         notes=notes,
         signatures=dict(recorder.signatures),
+        fresh_parts=dict(recorder.fresh_parts),
         floor=(
             FloorFailure(error.over, error.over_bytes, error.rejected_bytes, completed)
             if isinstance(error, PayloadFloorError)

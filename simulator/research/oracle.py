@@ -16,11 +16,13 @@ SPEC, per limit an episode meets (:data:`ORACLE_RULES`, each with its section):
 - **an ambiguous network failure** — a reset, an EOF, a 502/503/504 without a provider's body
   (``transient_network``): **2** for the first of its signature in a session, which earns one plain
   retry as it was (§2.4, §11), and **1** for later ones, which are payload evidence at once (§11);
-- **a content block** among ``n`` candidate parts — the parts new since the last accepted request
-  (§12's first tier, :func:`content_candidates`): **1 + ⌈log2 n⌉**, the blocked requests delta
-  debugging needs for one culprit among ``n`` (§12). A turn whose search kept out ``k`` culprits met
-  ``k`` blocks: the first, and each resend without the culprits found so far refused again, the
-  ``j``-th (from 0) among the ``n − j`` parts left: **Σ (1 + ⌈log2 (n − j)⌉)** for j < k;
+- **a content block** among ``n`` candidate parts — the parts of the refused request the last
+  accepted request did not carry as they are, new messages and what the library rewrote since
+  (§12's first tier; the replay's ``fresh_parts``, else :func:`content_candidates`):
+  **1 + ⌈log2 n⌉**, the blocked requests delta debugging needs for one culprit among ``n`` (§12).
+  A turn whose search kept out ``k`` culprits met ``k`` blocks: the first, and each resend without
+  the culprits found so far refused again, the ``j``-th (from 0) among the ``n − j`` parts left:
+  **Σ (1 + ⌈log2 (n − j)⌉)** for j < k;
 - **a policy block**, or **a refused base** (the minimal request or the system prompt alone refused):
   **2** — the block, and the one experiment every lawful policy must send to tell it from size and
   content, refused too (§12).
@@ -220,6 +222,22 @@ def _readings(result: ReplayResult) -> dict[tuple[int, int], str]:
     }
 
 
+def _block_candidates(result: ReplayResult, span: Sequence[AttemptRecord], kind: str, signature: str) -> int:
+    """The candidates of an episode's content block: the parts of the first request refused with its
+    page that the last accepted request did not carry as they are (the recorder's count: new messages,
+    and what the library rewrote since — a summary, a preview); the transcript's new messages
+    (:func:`content_candidates`) when the replay recorded no count."""
+    for record in span:
+        key = (record.turn, record.attempt)
+        if (
+            record.failure_kind == kind
+            and result.signatures.get(key) == signature
+            and key in result.fresh_parts
+        ):
+            return result.fresh_parts[key]
+    return content_candidates(result, span[0].turn)
+
+
 def _signals(result: ReplayResult, span: Sequence[AttemptRecord], readings: Sequence[str]) -> list[Signal]:
     """The limits of one episode: each failure signature in order of first appearance (repeats are the
     same limit met again), a block page taking the reading its notices gave (size without one)."""
@@ -233,11 +251,9 @@ def _signals(result: ReplayResult, span: Sequence[AttemptRecord], readings: Sequ
     for kind, signature in found:
         if kind in BLOCK_KINDS and reading is not None:
             if reading == "content":
-                turn = span[0].turn
-                found_parts = culprits_kept_out(result, turn)
-                signals.append(
-                    Signal(kind, reading, content_candidates(result, turn), signature, found_parts)
-                )
+                candidates = _block_candidates(result, span, kind, signature)
+                culprits = culprits_kept_out(result, span[0].turn)
+                signals.append(Signal(kind, reading, candidates, signature, culprits))
             else:
                 signals.append(Signal(kind, reading, signature=signature))
         else:

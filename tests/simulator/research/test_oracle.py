@@ -6,6 +6,8 @@ import math
 
 import pytest
 
+from ctxrecover.messages import Message, ToolCall
+from simulator.recorder import fresh_part_count
 from simulator.replay import replay
 from simulator.research.metrics import EXPERIMENT_BLOCKED, EXPERIMENT_PASSED, episodes
 from simulator.research.oracle import (
@@ -137,12 +139,17 @@ def test_a_413_then_a_content_rule_is_one_episode_costing_both_limits() -> None:
     413's one request and the content search's, and every refused experiment is a rejected request."""
     result = replay(None, "waf-content-block-right-after-a-413")
     (episode,) = oracle_episodes(result)
-    candidates = content_candidates(result, episode.turn)
     assert [(s.kind, s.reading) for s in episode.signals] == [
         ("payload_too_large", None),
         ("waf_rejection", "content"),
     ]
-    assert episode.signals[1].candidates == candidates > 1
+    # The block's candidates are the refused request's parts the last accepted request did not carry:
+    # the transcript's new messages, and what the 413's compaction rewrote on the way.
+    blocked_attempt = next(
+        r.attempt for r in result.records if r.turn == episode.turn and r.failure_kind == "waf_rejection"
+    )
+    fresh = result.fresh_parts[(episode.turn, blocked_attempt)]
+    assert episode.signals[1].candidates == fresh > content_candidates(result, episode.turn) > 1
     assert episode.oracle == 1 + fewest_rejected(episode.signals[1], first_of_kind=True)
     turn = [r.outcome for r in result.records if r.turn == episode.turn]
     assert episode.rejected == turn.count(EXPERIMENT_BLOCKED) + 2  # the 413 and the block page
@@ -197,3 +204,16 @@ def test_a_turn_that_keeps_out_two_culprits_is_held_to_two_blocks() -> None:
     n = signal.candidates
     assert episode.oracle == (1 + math.ceil(math.log2(n))) + (1 + math.ceil(math.log2(n - 1)))
     assert episode.rejected <= episode.oracle
+
+
+def test_fresh_parts_are_the_parts_the_accepted_request_did_not_carry_as_they_are() -> None:
+    """New messages count, and so does a new form of an old one (a summary, a preview); a message
+    resent unchanged does not, whatever its object; system messages are never candidates."""
+    system, ask = Message.system("You are a coding agent."), Message.user("read the file")
+    call = Message.assistant(tool_calls=[ToolCall("c1", "read_file", '{"path": "a.py"}')])
+    accepted = [system, ask, call, Message.tool("c1", "print('hi')" * 200)]
+    rewritten = Message.tool("c1", "[preview] print('hi') … <<ccr:" + "0" * 16 + ">>")
+    request = [Message.system("You are a coding agent."), Message.user("read the file"), call, rewritten]
+    assert fresh_part_count(request, accepted) == 1
+    assert fresh_part_count([*request, Message.user("and now?")], accepted) == 2
+    assert fresh_part_count(accepted, accepted) == 0
