@@ -54,6 +54,7 @@ from ctxrecover.recovery import (
     CONTENT_BLOCK_CODE,
     CONTENT_FLOOR_CODE,
     CONTENT_WITHHELD_CODE,
+    CONTENT_WITHHELD_NOTICE,
     POLICY_BLOCK_CODE,
 )
 from simulator.research.metrics import REJECTED_PREFIX, AttemptRecord, continues_episode, is_rejection
@@ -182,10 +183,15 @@ def content_candidates(result: ReplayResult, turn: int) -> int:
 
 
 def culprits_kept_out(result: ReplayResult, turn: int) -> int:
-    """The parts found and kept out in 0-based ``turn``: withheld by the session (its notices), or set
-    aside by the replay after the session gave up (its blocked-request budget spent)."""
+    """The parts found and kept out in 0-based ``turn``: withheld by the session's search (its notices;
+    content withheld before sending, as identical to what was refused before, was found no block), or
+    set aside by the replay after the session gave up (its blocked-request budget spent)."""
+    found = CONTENT_WITHHELD_NOTICE.split("%s", 1)[0]
     withheld = sum(
-        isinstance(e.item, Notice) and e.item.code == CONTENT_WITHHELD_CODE and e.turn == turn
+        isinstance(e.item, Notice)
+        and e.item.code == CONTENT_WITHHELD_CODE
+        and e.item.message.startswith(found)
+        and e.turn == turn
         for e in result.events
     )
     return withheld + sum(block.turn == turn for block in result.content_blocks)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
+from ctxrecover.events import Notice
 from ctxrecover.messages import Message, ToolCall
-from simulator.recorder import fresh_part_count
+from ctxrecover.recovery import CONTENT_WITHHELD_CODE, CONTENT_WITHHELD_NOTICE, WITHHELD_AGAIN_NOTICE
+from simulator.recorder import ReplayEvent, fresh_part_count
 from simulator.replay import replay
 from simulator.research.metrics import EXPERIMENT_BLOCKED, EXPERIMENT_PASSED, episodes
 from simulator.research.oracle import (
@@ -217,3 +220,15 @@ def test_fresh_parts_are_the_parts_the_accepted_request_did_not_carry_as_they_ar
     assert fresh_part_count(request, accepted) == 1
     assert fresh_part_count([*request, Message.user("and now?")], accepted) == 2
     assert fresh_part_count(accepted, accepted) == 0
+
+
+def test_content_withheld_before_sending_is_no_culprit_found() -> None:
+    """Content identical to what the gateway refused before is withheld before it is sent (SPEC §12):
+    its notice shares the withheld code, but no block was met for it."""
+    result = replay("claude-code-tidy-dry-run", "crs-agent-content-withheld")
+    again = Notice(CONTENT_WITHHELD_CODE, WITHHELD_AGAIN_NOTICE % "Tool result #7 (read_file, 2.0 KB)")
+    found = Notice(CONTENT_WITHHELD_CODE, CONTENT_WITHHELD_NOTICE % ("403", "80.0 KB", "tool result #7"))
+    base = culprits_kept_out(result, 2)
+    with_again = dataclasses.replace(result, events=(*result.events, ReplayEvent(2, 1, again)))
+    with_found = dataclasses.replace(result, events=(*result.events, ReplayEvent(2, 1, found)))
+    assert (culprits_kept_out(with_again, 2), culprits_kept_out(with_found, 2)) == (base, base + 1)
