@@ -114,7 +114,7 @@ BLOCK_READINGS: Mapping[str, str] = MappingProxyType(
 class Signal:
     """One limit an episode met: the failure kind it was first rejected with; for a block page the
     ``reading`` that settled it (:data:`BLOCK_READINGS`, None for a size reading); for a content block
-    the ``candidates`` (parts new since the last accepted request) its culprits were among and the
+    the ``candidates`` (parts the last accepted request did not carry) its culprits were among and the
     ``culprits`` its turn kept out (at least 1: each is a block met, module docstring); the
     ``signature`` (:func:`ctxrecover.recovery.failure_signature`) that tells one page or network
     failure from another ("" when unknown: the kind stands for it)."""
