@@ -12,9 +12,9 @@ summary, nothing archived).
   (1 for an unambiguous signal, 2 for a session's first ambiguous network failure and 1 for later
   ones, 1 + ⌈log2 n⌉ for each content block among the n parts not accepted before), over *every*
   episode kind — 413, WAF 403, content blocks, suspected-payload EOF/resets, 503s masking a 413,
-  431s, tight caps, context overflows, rate limits — for the ¾ rule and bisection side by side: Σ rejected ÷ Σ
-  oracle (target ≤ 1.05 for the default), with the absolute mean per episode beside it, a
-  breakdown by first failure kind and the episodes that cost more than the oracle.
+  431s, tight caps, context overflows, rate limits — for the ¾ rule and bisection side by side:
+  Σ rejected ÷ Σ oracle (target ≤ 1.05 for the default), with the absolute mean per episode beside
+  it, a breakdown by first failure kind and the episodes that cost more than the oracle.
 - **P6** — summarizer USD per 100 completed turns, default ÷ summarize-everything,
   over the scenarios where both policies end the same way (equal recovery success).
   Target ≤ 0.5. Beside the cost: summarizer calls, chars lost, fact survival (planted
