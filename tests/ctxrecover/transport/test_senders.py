@@ -22,6 +22,7 @@ from ctxrecover.messages import Message, ToolCall
 from ctxrecover.summarize.context_editing import context_management_request
 from ctxrecover.transport import ChatRequest, ChatResponse, SendFailed, header_bytes
 from ctxrecover.transport import sdk as senders
+from ctxrecover.transport.httpx_sender import ASYNC_JOIN_BELOW_BYTES, AsyncHttpxSender
 from ctxrecover.wire import Usage, WireFormat, encode_body, render_request
 
 pytestmark = pytest.mark.anyio
@@ -693,3 +694,28 @@ async def test_a_client_of_the_other_kind_is_the_callers_error_raised_as_itself(
             "OpenAISDKSender: the client's create() returned a coroutine, neither an answer nor a stream; "
             "give the sync senders a sync client and the Async… senders an async one"
         )
+
+
+class _StreamKinds(httpx.AsyncBaseTransport):
+    """Records whether each body arrived as one buffer (``ByteStream``) or as chunks, then answers."""
+
+    def __init__(self) -> None:
+        self.joined: list[bool] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.joined.append(isinstance(request.stream, httpx.ByteStream))
+        await request.aread()
+        return httpx.Response(200, json=FORMATS[0][5])
+
+
+async def test_the_async_sender_posts_a_gateway_sized_body_as_one_buffer_and_a_long_one_as_chunks() -> None:
+    transport = _StreamKinds()
+    sender = AsyncHttpxSender("openai-chat", base_url=BASE_URL, model="m", transport=transport)
+    small = ChatRequest(tuple(Message.user(f"message {i} " * 400) for i in range(40)))
+    large = ChatRequest(tuple(Message.user(f"message {i} " * 400) for i in range(400)))
+    sizes = [sum(map(len, sender.render_chunks(r))) for r in (small, large)]
+    assert sizes[0] <= ASYNC_JOIN_BELOW_BYTES < sizes[1]
+    responses = [await sender.send(small), await sender.send(large)]
+    await sender.aclose()
+    assert transport.joined == [True, False]
+    assert [r.request_bytes for r in responses] == sizes
