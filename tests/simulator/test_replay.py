@@ -10,7 +10,14 @@ import pytest
 from ctxrecover.events import Notice, PreCompact
 from ctxrecover.messages import Message, ToolCall
 from ctxrecover.sizes import total_weight
-from simulator.proxy.scenario import Expectation, Scenario, Workload, list_scenarios, load_scenario
+from simulator.proxy.scenario import (
+    Expectation,
+    Scenario,
+    Workload,
+    list_scenarios,
+    load_scenario,
+    scenario_from_document,
+)
 from simulator.recorder import Rejection, ReplayEvent, proxy_cap
 from simulator.replay import REFERENCE_TRANSPORT, ReplayResult, expectation_problems, observed, replay
 from simulator.research.baselines import BASELINES
@@ -306,13 +313,9 @@ def test_bad_transport_and_a_transcript_without_replies_are_replay_errors() -> N
         replay(silent, "rate-limit-429")
 
 
-@pytest.mark.parametrize("name", list_scenarios())
-def test_the_in_process_client_records_what_the_httpx_client_stack_records(name: str) -> None:
-    """Every bundled scenario replayed in process through InProcessClient and through httpx.MockTransport
-    behind the whole client stack (the reference transport): the same attempt records, field for field
-    (wall time aside), the same events, outcome, final history and archive."""
-    direct = replay(None, name)
-    reference = replay(None, name, transport=REFERENCE_TRANSPORT)
+def _assert_same_replay(direct: ReplayResult, reference: ReplayResult) -> None:
+    """The same attempt records, field for field (wall time aside), events, outcome, final history and
+    archive."""
 
     def untimed(result: ReplayResult) -> list[AttemptRecord]:
         return [dataclasses.replace(r, elapsed_ms=0.0) for r in result.records]
@@ -336,6 +339,48 @@ def test_the_in_process_client_records_what_the_httpx_client_stack_records(name:
         reference.final_history,
         reference.chars_lost,
     )
+    assert (direct.signatures, direct.fresh_parts) == (reference.signatures, reference.fresh_parts)
     assert {key: direct.archive.get(key) for key in direct.archive.keys()} == {
         key: reference.archive.get(key) for key in reference.archive.keys()
     }
+
+
+@pytest.mark.parametrize("name", list_scenarios())
+def test_the_in_process_client_records_what_the_httpx_client_stack_records(name: str) -> None:
+    """Every bundled scenario replayed in process through InProcessClient and through httpx.MockTransport
+    behind the whole client stack (the reference transport) records the same."""
+    _assert_same_replay(replay(None, name), replay(None, name, transport=REFERENCE_TRANSPORT))
+
+
+CLEAN_OPENAI = {  # the P4 benchmark's scenario
+    "description": "No fault: an OpenAI chat provider answering every recorded reply.",
+    "provider": {"format": "openai-chat", "model": "gpt-4o"},
+    "expect": {"outcome": "ok"},
+}
+
+
+@pytest.mark.parametrize(
+    ("transcript", "scenario"),
+    [
+        ("coding-120k", None),  # the P4 benchmark's transcripts, fault-free
+        ("chat-long-answers-600k", None),
+        ("small-tools-1m", None),  # 440 turns; turn-boundary passes rewrite old messages in place
+        ("chat-long-answers-600k", "cloudflare-waf-403"),
+        ("chat-long-answers-600k", "rst-after-256k"),
+        ("chat-long-answers-600k", "eof-mid-post-512k"),
+        ("chat-long-answers-600k", "waf-content-block-right-after-a-413"),
+        ("chat-long-answers-600k", "waf-content-block-after-large-bodies"),
+        ("chat-long-answers-600k", "crs-agent-content-withheld"),
+        ("chat-long-answers-600k", "rate-limit-429"),
+        ("chat-long-answers-600k", "floor-too-big"),
+    ],
+)
+def test_transcripts_replayed_in_process_record_what_the_httpx_client_stack_records(
+    transcript: str, scenario: str | None
+) -> None:
+    """Other transcripts than the scenarios' own, fault-free and under 413s, WAF 403s, resets, cut posts,
+    content blocks, 429s and a floor: the in-process client and the reference record the same."""
+    run = load_scenario(scenario) if scenario else scenario_from_document(CLEAN_OPENAI, name="clean")
+    direct = replay(transcript, run)
+    _assert_same_replay(direct, replay(transcript, run, transport=REFERENCE_TRANSPORT))
+    assert scenario is None or any(r.failure_kind for r in direct.records)
